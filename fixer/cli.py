@@ -1,0 +1,183 @@
+"""The ``nafix`` command line. The only module that prints or exits.
+
+Exit codes: 0 = success (fixed and verified, or nothing to fix), 1 = findings remain under
+``--fail-on`` or verification failed, 2 = bad input or usage.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+
+from . import __version__
+from .errors import NafixError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="nafix: find and fix what makes ONNX models fall back to SW on the STM32N6 Neural-ART NPU.",
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+out = Console(soft_wrap=False)
+err = Console(stderr=True)
+
+_state = {"debug": False}
+
+
+class Format(str, Enum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+class FailOn(str, Enum):
+    sw = "sw"
+    never = "never"
+
+
+def _fail(exc: NafixError) -> None:
+    err.print(f"[bold red]error:[/] {exc.message}", highlight=False, markup=True)
+    raise typer.Exit(exc.exit_code)
+
+
+def _version(value: bool):
+    if value:
+        out.print(f"nafix {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+):
+    _state["debug"] = debug
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile):
+    from .api import AnalysisOptions
+    from .model_io import parse_input_shapes
+
+    return AnalysisOptions(
+        target_profile=target_profile,
+        stedgeai_options=frozenset(stedgeai_option or ()),
+        input_shapes=parse_input_shapes(input_shape),
+        mpool=mpool,
+        neural_art_profile=profile,
+    )
+
+
+TARGET_HELP = "Target profile: built-in name (stm32n6) or a YAML file with limits and the operator table."
+OPTION_HELP = "A stedgeai option that changes placement: --expand-softmax, --GELU-recognition, --SWISH-recognition."
+SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
+
+
+@app.command("audit")
+def audit_cmd(
+    paths: List[Path] = typer.Argument(..., help="Model files or folders (searched recursively)."),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
+    fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
+    target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
+    stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
+    mpool: Optional[str] = typer.Option(None, "--mpool", help="A stedgeai .mpool file for the memory estimate."),
+    profile: Optional[str] = typer.Option(None, "--profile", help="A Neural-ART profile NAME@FILE.json (its memory pools)."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
+):
+    """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
+    from .api import AuditOptions, audit
+    from .report import audit_dict, audit_markdown, audit_renderables
+
+    try:
+        opts = AuditOptions(analysis=_analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile))
+        show_progress = err.is_terminal and fmt == Format.table or err.is_terminal and output is not None
+        result = _run_with_progress(lambda cb: audit(paths, opts, progress=cb), show_progress)
+    except NafixError as exc:
+        _fail(exc)
+    profile_name = opts.analysis.target_profile or "stm32n6"
+    if len(result.models) == 1 and result.errors:
+        err.print(f"[bold red]error:[/] {result.errors[0].error}", highlight=False)
+        raise typer.Exit(2)
+    if fmt == Format.json:
+        text = json.dumps(audit_dict(result, profile=profile_name), indent=2) + "\n"
+        _emit(text, output)
+    elif fmt == Format.markdown:
+        _emit(audit_markdown(result, profile=profile_name), output)
+    else:
+        if output is not None:
+            rec = Console(record=True, width=160, file=open("/dev/null", "w"))  # noqa: SIM115
+            for r in audit_renderables(result, profile=profile_name, verbose=verbose):
+                rec.print(r)
+            _emit(rec.export_text(), output)
+        else:
+            for r in audit_renderables(result, profile=profile_name, verbose=verbose):
+                out.print(r)
+    for m in result.errors:
+        err.print(f"[bold red]error:[/] {m.error}", highlight=False)
+    if result.errors:
+        raise typer.Exit(2)
+    if fail_on == FailOn.sw and result.any_sw:
+        raise typer.Exit(1)
+
+
+def _emit(text: str, output: Optional[Path]) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from .model_io import atomic_write_text
+
+    atomic_write_text(output, text)
+    err.print(f"wrote {output}")
+
+
+def _run_with_progress(fn, show: bool):
+    if not show:
+        return fn(None)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err,
+                  transient=True) as prog:
+        task = prog.add_task("auditing", total=None)
+
+        def cb(i, n, path):
+            prog.update(task, total=n, completed=i, description=f"auditing {path.name}")
+
+        return fn(cb)
+
+
+def main(argv: Optional[list[str]] = None) -> None:
+    """Console entry point: ``nafix model.onnx`` is ``nafix fix model.onnx``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    commands = {c.name or c.callback.__name__ for c in app.registered_commands}
+    first = next((a for a in args if not a.startswith("-")), None)
+    if first is not None and first not in commands and "fix" in commands:
+        idx = args.index(first)
+        args.insert(idx, "fix")
+    try:
+        app(args=args, prog_name="nafix", standalone_mode=True)
+    except NafixError as exc:  # pragma: no cover - commands catch their own
+        err.print(f"error: {exc.message}")
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:  # pragma: no cover
+        err.print("interrupted")
+        sys.exit(130)
+    except Exception:
+        if _state["debug"]:
+            raise
+        err.print_exception() if _state["debug"] else err.print(
+            "[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
+        sys.exit(3)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,424 @@
+"""Loading and saving ONNX models safely.
+
+Loading checks everything that would otherwise surface later as a traceback: the file exists and is
+an ONNX protobuf, external data stays inside the model's folder and exists, the default-domain opset
+is one nafix can reason about, the graph has no cycles, and every graph input has a static shape
+(pinned by the caller where the model leaves a dimension symbolic). Shapes are then inferred.
+
+Saving is atomic (temporary file + rename), refuses to write over the input model, switches to
+external data above the 2 GB protobuf limit, and clamps the IR version to what onnxruntime accepts.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import shape_inference
+
+from .errors import InputError, UsageError
+
+log = logging.getLogger(__name__)
+
+#: Oldest default-domain opset nafix accepts (shape inference and operator semantics before it differ).
+MIN_OPSET = 7
+#: Newest IR version the supported onnxruntime releases load; recent onnx writes newer ones.
+MAX_RUNTIME_IR_VERSION = 10
+#: Protobuf refuses messages over 2 GiB: beyond this, weights go to an external data file.
+PROTOBUF_LIMIT = 2**31 - 1
+
+
+@dataclass(frozen=True)
+class DynamicDim:
+    """A graph-input dimension that is not a fixed integer."""
+
+    input: str
+    axis: int
+    symbol: str
+    pinned_to: int | None
+
+    def describe(self) -> str:
+        sym = self.symbol or "?"
+        if self.pinned_to is None:
+            return f"input '{self.input}' axis {self.axis} is dynamic ('{sym}')"
+        return f"input '{self.input}' axis {self.axis} ('{sym}') pinned to {self.pinned_to}"
+
+
+@dataclass
+class LoadedModel:
+    """An ONNX model loaded, checked and shape-inferred, with what loading noticed."""
+
+    path: Path
+    model: onnx.ModelProto
+    opset: int
+    dynamic_dims: tuple[DynamicDim, ...] = ()
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def unresolved_dims(self) -> tuple[DynamicDim, ...]:
+        return tuple(d for d in self.dynamic_dims if d.pinned_to is None)
+
+
+def parse_input_shapes(specs: list[str] | tuple[str, ...] | None) -> dict[str, tuple[int, ...]]:
+    """Parse ``NAME=1,3,224,224`` options into a mapping; a bad spec is a UsageError sentence."""
+    shapes: dict[str, tuple[int, ...]] = {}
+    for spec in specs or ():
+        name, sep, dims = spec.rpartition("=")
+        if not sep or not name:
+            raise UsageError(f"--input-shape '{spec}' is not of the form NAME=1,3,224,224.")
+        try:
+            values = tuple(int(v) for v in dims.replace("x", ",").split(",") if v.strip())
+        except ValueError:
+            raise UsageError(f"--input-shape '{spec}': '{dims}' is not a comma-separated list of integers.") from None
+        if not values or any(v <= 0 for v in values):
+            raise UsageError(f"--input-shape '{spec}': every dimension must be a positive integer.")
+        shapes[name] = values
+    return shapes
+
+
+def load_model(
+    path: str | os.PathLike[str],
+    *,
+    input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+    assume_batch_one: bool = True,
+    max_opset: int | None = None,
+) -> LoadedModel:
+    """Load, validate and shape-infer the ONNX model at ``path``.
+
+    ``input_shapes`` pins graph inputs (the ``--input-shape`` option). With ``assume_batch_one`` a
+    symbolic leading (batch) dimension is taken as 1, as stedgeai does, and reported as pinned.
+    Raises :class:`InputError` with a one-sentence message for every way the file can be unusable.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise InputError(f"{p}: no such file.")
+    if p.is_dir():
+        raise InputError(f"{p}: is a folder, not an ONNX file.")
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+    if not data:
+        raise InputError(f"{p}: the file is empty, not an ONNX model.")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise InputError(f"{p}: not an ONNX model, or truncated/corrupt (protobuf parse failed: {exc}).") from None
+    if not model.HasField("graph") or (model.ir_version <= 0 and not model.opset_import):
+        raise InputError(f"{p}: not an ONNX model (no graph or IR version in the protobuf).")
+
+    _load_external_data(model, p)
+    opset = _check_opsets(model, p, max_opset)
+    _check_acyclic(model.graph, p)
+    _check_references(model.graph, p)
+
+    dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
+    warnings: list[str] = []
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
+        warnings.append(f"onnx checker: {first}")
+    except Exception as exc:  # noqa: BLE001 - the checker raises many kinds; none is fatal for analysis
+        warnings.append(f"onnx checker could not run: {exc}")
+    model = _infer_shapes(model, p, warnings)
+    if not any(d.pinned_to is None for d in dyn):
+        _fill_shapes_by_running(model, warnings)
+    return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings)
+
+
+def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    base = path.parent.resolve()
+    for tensor in _get_all_tensors(model):
+        if not uses_external_data(tensor):
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        loc = info.get("location", "")
+        if not loc:
+            raise InputError(f"{path}: tensor '{tensor.name}' uses external data without a location.")
+        if Path(loc).is_absolute() or os.path.isabs(loc) or "\\" in loc and ":" in loc:
+            raise InputError(
+                f"{path}: tensor '{tensor.name}' points its external data at the absolute path '{loc}'; "
+                "nafix only reads external data inside the model's folder."
+            )
+        target = (base / loc).resolve()
+        if base not in target.parents and target != base:
+            raise InputError(
+                f"{path}: tensor '{tensor.name}' points its external data at '{loc}', outside the model's "
+                "folder; refusing to read it (path traversal)."
+            )
+        if not target.is_file():
+            raise InputError(f"{path}: external data file '{loc}' for tensor '{tensor.name}' is missing.")
+        offset = int(info.get("offset", 0) or 0)
+        length = info.get("length")
+        size = target.stat().st_size
+        if length is not None and offset + int(length) > size:
+            raise InputError(
+                f"{path}: external data file '{loc}' is too short for tensor '{tensor.name}' "
+                f"(needs {offset + int(length)} bytes, has {size})."
+            )
+    try:
+        onnx.load_external_data_for_model(model, str(base))
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path}: external data could not be loaded ({exc}).") from None
+
+
+def _check_opsets(model: onnx.ModelProto, path: Path, max_opset: int | None) -> int:
+    opset = None
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            opset = imp.version
+    if opset is None:
+        raise InputError(f"{path}: the model imports no default-domain ('ai.onnx') opset.")
+    newest = onnx.defs.onnx_opset_version()
+    hi = min(newest, max_opset) if max_opset else newest
+    if opset < MIN_OPSET or opset > hi:
+        raise InputError(
+            f"{path}: default-domain opset {opset} is outside what nafix supports ({MIN_OPSET} to {hi})."
+        )
+    return opset
+
+
+def _check_acyclic(graph: onnx.GraphProto, path: Path) -> None:
+    producers: dict[str, int] = {}
+    for i, node in enumerate(graph.node):
+        for out in node.output:
+            if out:
+                producers[out] = i
+    indeg = [0] * len(graph.node)
+    users: list[list[int]] = [[] for _ in graph.node]
+    for i, node in enumerate(graph.node):
+        deps = {producers[t] for t in node.input if t in producers}
+        indeg[i] = len(deps)
+        for d in deps:
+            users[d].append(i)
+    queue = deque(i for i, d in enumerate(indeg) if d == 0)
+    seen = 0
+    while queue:
+        i = queue.popleft()
+        seen += 1
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                queue.append(u)
+    if seen != len(graph.node):
+        stuck = [graph.node[i] for i, d in enumerate(indeg) if d > 0]
+        names = ", ".join(f"'{n.name or n.op_type}'" for n in stuck[:3])
+        raise InputError(f"{path}: the graph has a cycle through {len(stuck)} node(s), e.g. {names}.")
+
+
+def _check_references(graph: onnx.GraphProto, path: Path) -> None:
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    known |= {o for n in graph.node for o in n.output}
+    for node in graph.node:
+        for t in node.input:
+            if t and t not in known:
+                raise InputError(
+                    f"{path}: node '{node.name or node.op_type}' reads tensor '{t}', which no node, "
+                    "initializer or graph input provides."
+                )
+
+
+def _pin_input_shapes(
+    model: onnx.ModelProto,
+    path: Path,
+    shapes: Mapping[str, tuple[int, ...]],
+    assume_batch_one: bool,
+) -> list[DynamicDim]:
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {i.name: i for i in model.graph.input if i.name not in inits}
+    for name in shapes:
+        if name not in inputs:
+            avail = ", ".join(f"'{n}'" for n in inputs) or "none"
+            raise UsageError(f"--input-shape names '{name}', which is not a graph input (inputs: {avail}).")
+    found: list[DynamicDim] = []
+    for name, vi in inputs.items():
+        ttype = vi.type.tensor_type
+        if not ttype.HasField("shape"):
+            if name in shapes:
+                for v in shapes[name]:
+                    ttype.shape.dim.add().dim_value = v
+            else:
+                found.append(DynamicDim(name, -1, "unknown rank", None))
+            continue
+        dims = ttype.shape.dim
+        if name in shapes:
+            want = shapes[name]
+            if len(want) != len(dims):
+                raise UsageError(
+                    f"--input-shape {name}=... has {len(want)} dimensions but input '{name}' has {len(dims)}."
+                )
+            for axis, (d, v) in enumerate(zip(dims, want)):
+                if d.HasField("dim_value") and d.dim_value > 0 and d.dim_value != v:
+                    raise UsageError(
+                        f"--input-shape {name}: axis {axis} is fixed to {d.dim_value} in the model, not {v}."
+                    )
+                if not (d.HasField("dim_value") and d.dim_value > 0):
+                    found.append(DynamicDim(name, axis, d.dim_param, v))
+                d.dim_value = v
+            continue
+        for axis, d in enumerate(dims):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                continue
+            if axis == 0 and len(dims) >= 2 and assume_batch_one:
+                found.append(DynamicDim(name, axis, d.dim_param, 1))
+                d.dim_value = 1
+            else:
+                found.append(DynamicDim(name, axis, d.dim_param, None))
+    return found
+
+
+def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str]) -> onnx.ModelProto:
+    # Stale value_info from the exporter can contradict pinned inputs; inference recomputes it.
+    del model.graph.value_info[:]
+    for out in model.graph.output:
+        # Outputs keep their declared element type but drop symbolic dims so inference can fill them.
+        shape = out.type.tensor_type.shape
+        if any(not d.HasField("dim_value") for d in shape.dim):
+            out.type.tensor_type.ClearField("shape")
+    try:
+        return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    except Exception as exc:  # noqa: BLE001 - inference errors on odd models must not abort an audit
+        warnings.append(f"shape inference failed ({str(exc).splitlines()[0]}); some shapes are unknown")
+        return model
+
+
+def _unknown_shape_tensors(model: onnx.ModelProto) -> list[str]:
+    known = {}
+    for vi in list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            known[vi.name] = True
+    known.update({t.name: True for t in model.graph.initializer})
+    missing = []
+    for node in model.graph.node:
+        if node.op_type == "Constant":
+            continue
+        for o in node.output:
+            if o and o not in known:
+                missing.append(o)
+    return missing
+
+
+def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str]) -> None:
+    """Where ONNX shape inference gives up (contrib ops, shape arithmetic), run the model once in
+    onnxruntime on seeded data and record the shapes and types it actually produced."""
+    missing = _unknown_shape_tensors(model)
+    if not missing:
+        return
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import helper
+
+    probe = onnx.ModelProto()
+    probe.CopyFrom(prepare_for_runtime(model))
+    declared = {o.name for o in probe.graph.output}
+    for name in missing:
+        if name not in declared:
+            probe.graph.output.append(helper.ValueInfoProto(name=name))
+    try:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        opts.log_severity_level = 3
+        sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        feeds = {}
+        for i in sess.get_inputs():
+            shape = [d if isinstance(d, int) else 1 for d in i.shape]
+            feeds[i.name] = _random_input(rng, i.type, shape)
+        names = [o.name for o in sess.get_outputs()]
+        values = sess.run(names, feeds)
+    except Exception as exc:  # noqa: BLE001 - a model ORT cannot run keeps its unknown shapes
+        warnings.append(f"{len(missing)} tensor shape(s) unknown; onnxruntime could not run the model to find them ({str(exc).splitlines()[0][:120]})")
+        return
+    from onnx import numpy_helper  # noqa: F401  (keeps helper import local)
+
+    by_name = dict(zip(names, values))
+    for name in missing:
+        v = by_name.get(name)
+        if v is None or not hasattr(v, "shape"):
+            continue
+        elem = helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype)
+        model.graph.value_info.append(helper.make_tensor_value_info(name, elem, list(np.asarray(v).shape)))
+
+
+def _random_input(rng, type_str: str, shape: list[int]):
+    import numpy as np
+
+    kind = type_str[len("tensor("):-1] if type_str.startswith("tensor(") else "float"
+    dtype = {"float": np.float32, "double": np.float64, "float16": np.float16, "int8": np.int8,
+             "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+             "bool": np.bool_}.get(kind, np.float32)
+    if np.dtype(dtype).kind == "f":
+        return rng.random(shape, dtype=np.float64).astype(dtype)
+    if dtype is np.bool_:
+        return rng.integers(0, 2, shape).astype(np.bool_)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype)
+
+
+def prepare_for_runtime(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Return ``model`` with an IR version onnxruntime accepts (recent onnx writes newer ones)."""
+    if model.ir_version > MAX_RUNTIME_IR_VERSION:
+        model = _copy(model)
+        model.ir_version = MAX_RUNTIME_IR_VERSION
+    return model
+
+
+def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    clone = onnx.ModelProto()
+    clone.CopyFrom(model)
+    return clone
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = ()) -> Path:
+    """Write ``model`` to ``path`` atomically; never over a path in ``protect`` (the inputs).
+
+    Models over the protobuf limit are written with their weights in ``<name>.data`` beside them.
+    """
+    out = Path(path)
+    for p in protect:
+        if out.exists() and p.exists() and out.resolve() == p.resolve():
+            raise UsageError(f"{out}: refusing to write over the input model; choose another output with -o.")
+    model = prepare_for_runtime(model)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    os.close(fd)
+    try:
+        if model.ByteSize() > PROTOBUF_LIMIT:
+            data_name = out.name + ".data"
+            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=data_name, size_threshold=1024)
+        else:
+            with open(tmp, "wb") as fh:
+                fh.write(model.SerializeToString())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out

@@ -1,0 +1,506 @@
+"""NPU constraints: what the Neural-ART NPU can run, one small function each.
+
+Each constraint is ``(node, ctx) -> Verdict``. Its docstring, formatted with the live limits of the
+target profile, is the requirement sentence shown to users; the verdict's detail says what was
+observed on the node, naming it in quotes. ``severity`` says what a failure means:
+
+- ``sw``: the node falls back to a SW epoch on the Cortex-M55;
+- ``note``: the node stays on the NPU but runs slower (decomposed, split);
+- ``compile_error``: stedgeai is known to fail on it;
+- ``hang``: it compiles with no SW epoch but is known to hang the board.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from ..graph import MOVEMENT_OPS, QDQ_OPS, node_label
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .placement import PlacementContext
+
+SEVERITIES = ("sw", "note", "compile_error", "hang")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    detail: str = ""
+
+
+OK = Verdict(True)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    id: str
+    func: Callable[[gs.Node, "PlacementContext"], Verdict]
+    tag: str
+    severity: str
+    template: str
+
+    def requirement(self, values: dict) -> str:
+        return self.template.format(**values)
+
+
+REGISTRY: dict[str, Constraint] = {}
+
+#: Constraints checked on every node the NPU could run (tier hw), before the op's own list.
+GENERIC = ("static_shape", "rank_limit", "dim_limit", "quantized_activations", "int8_activations", "params_quantized")
+
+
+def constraint(cid: str, *, tag: str, severity: str = "sw"):
+    """Register a constraint function under ``cid``; its docstring is the requirement sentence."""
+    assert severity in SEVERITIES
+
+    def deco(fn: Callable[[gs.Node, "PlacementContext"], Verdict]):
+        if not fn.__doc__:
+            raise TypeError(f"constraint {cid} needs a docstring: it is the requirement shown to users")
+        REGISTRY[cid] = Constraint(cid, fn, tag, severity, " ".join(inspect.cleandoc(fn.__doc__).split()))
+        return fn
+
+    return deco
+
+
+def _q(node: gs.Node) -> str:
+    return f"'{node_label(node)}'"
+
+
+def _shape(t: gs.Tensor):
+    return tuple(t.shape) if t.shape is not None else None
+
+
+# --------------------------------------------------------------------------------------------
+# Generic constraints
+# --------------------------------------------------------------------------------------------
+
+
+@constraint("static_shape", tag="3P")
+def static_shape(node, ctx):
+    """Every tensor of an NPU op must have a static shape (stedgeai needs static shapes; pin dynamic
+    inputs with --input-shape)."""
+    bad = [t.name for t in list(node.inputs) + list(node.outputs)
+           if t.name and not ctx.view.is_const(t) and not ctx.view.info(t).static]
+    if bad:
+        return Verdict(False, f"{_q(node)} has tensors of unknown or dynamic shape: {', '.join(bad[:3])}")
+    return OK
+
+
+@constraint("rank_limit", tag="3P")
+def rank_limit(node, ctx):
+    """Tensors must have rank <= {max_rank}: the NPU's internal tensor model is 4-D and rank-5
+    tensors crash atonn."""
+    r = ctx.profile.limit("max_rank")
+    for t in list(node.inputs) + list(node.outputs):
+        if t.name and t.shape is not None and len(t.shape) > r and not ctx.view.is_const(t):
+            return Verdict(False, f"{_q(node)} tensor '{t.name}' has rank {len(t.shape)} (shape {list(t.shape)})")
+    return OK
+
+
+@constraint("dim_limit", tag="3P")
+def dim_limit(node, ctx):
+    """Every tensor dimension must be below {max_dim_exclusive}."""
+    m = ctx.profile.limit("max_dim")
+    for t in list(node.inputs) + list(node.outputs):
+        if t.name and t.shape is not None and not ctx.view.is_const(t):
+            big = [d for d in t.shape if isinstance(d, int) and d > m]
+            if big:
+                return Verdict(False, f"{_q(node)} tensor '{t.name}' has a dimension of {big[0]}")
+    return OK
+
+
+@constraint("quantized_activations", tag="DOC")
+def quantized_activations(node, ctx):
+    """The NPU runs only 8-bit quantized ops: every activation input must come from a
+    DequantizeLinear (or an int8 tensor) and every output must reach a QuantizeLinear. Anything left
+    in float runs in SW on the Cortex-M55."""
+    floats_in = [t.name for t in ctx.view.activation_inputs(node, ctx.view) if not ctx.domain.sourced(t)]
+    floats_out = [t.name for t in node.outputs if t.name and not ctx.domain.sunk(t)]
+    if floats_in or floats_out:
+        parts = []
+        if floats_in:
+            parts.append(f"float input(s) {', '.join(floats_in[:2])}")
+        if floats_out:
+            parts.append(f"float output(s) {', '.join(floats_out[:2])}")
+        return Verdict(False, f"{_q(node)} has {' and '.join(parts)} not covered by Q/DQ")
+    return OK
+
+
+@constraint("int8_activations", tag="3P", severity="compile_error")
+def int8_activations(node, ctx):
+    """Activations must be signed int8: stedgeai rejects uint8 activations ('quantized unsigned
+    integer format is not supported'); re-quantize them to int8 (zero-point - 128, same scale)."""
+    bad = [t.name for t in ctx.view.activation_inputs(node, ctx.view) if ctx.domain.uint8_source(t)]
+    bad += [t.name for t in node.outputs if t.name and ctx.domain.uint8_sink(t)]
+    if bad:
+        return Verdict(False, f"{_q(node)} reads or writes uint8-quantized tensor(s) {', '.join(bad[:2])}")
+    return OK
+
+
+_WEIGHT_SLOTS = {"Conv": (1,), "ConvTranspose": (1,), "Gemm": (1,), "MatMul": (1,), "PRelu": (1,)}
+
+
+@constraint("params_quantized", tag="OBS")
+def params_quantized(node, ctx):
+    """Constant weights of a quantized op must be quantized too (through a DequantizeLinear): an
+    unquantized parameter makes stedgeai print 'WARNING: <tensor> is not quantized' and run the op in
+    float as DequantizeLinear -> op -> QuantizeLinear, three SW epochs."""
+    if ctx.oe_export:
+        return OK  # ST's own export keeps quantization in a side _Q.json
+    for i in _WEIGHT_SLOTS.get(node.op, ()):
+        if i < len(node.inputs):
+            t = node.inputs[i]
+            if ctx.view.is_const(t) and np.dtype(t.dtype or np.float32).kind == "f" and ctx.domain.sourced_any(node):
+                return Verdict(False, f"{_q(node)} parameter '{t.name}' is a float constant with no DequantizeLinear")
+    return OK
+
+
+# --------------------------------------------------------------------------------------------
+# Op-specific constraints
+# --------------------------------------------------------------------------------------------
+
+
+@constraint("weights_constant", tag="3P")
+def weights_constant(node, ctx):
+    """The weights (second input) must be a constant: an activation x activation product runs in SW."""
+    if len(node.inputs) > 1 and not ctx.view.is_const_like(node.inputs[1]):
+        return Verdict(False, f"{_q(node)} multiplies two activations ('{node.inputs[0].name}' x '{node.inputs[1].name}')")
+    return OK
+
+
+@constraint("gemm_bias_constant", tag="3P", severity="compile_error")
+def gemm_bias_constant(node, ctx):
+    """Gemm's bias C must be a constant: a computed bias makes stedgeai fail with 'TOOL ERROR: list
+    index out of range' (unfuse it into MatMul + Add)."""
+    if len(node.inputs) > 2 and node.inputs[2].name and not ctx.view.is_const_like(node.inputs[2]):
+        return Verdict(False, f"{_q(node)} has a computed bias '{node.inputs[2].name}'")
+    return OK
+
+
+def output_channels(node, ctx) -> int | None:
+    """Output channels of a Conv/Gemm/MatMul-like node (None when unknown)."""
+    op = node.op
+    w = node.inputs[1] if len(node.inputs) > 1 else None
+    if op in ("Conv", "ConvInteger", "QLinearConv", "ConvTranspose"):
+        idx = 3 if op == "QLinearConv" else 1
+        w = node.inputs[idx] if len(node.inputs) > idx else None
+        shape = _shape(w) if w is not None else None
+        if shape and isinstance(shape[0], int):
+            if op == "ConvTranspose":
+                group = int(node.attrs.get("group", 1))
+                return int(shape[1]) * group if isinstance(shape[1], int) else None
+            return int(shape[0])
+    elif op in ("Gemm",):
+        shape = _shape(w) if w is not None else None
+        if shape and len(shape) == 2:
+            return int(shape[0] if node.attrs.get("transB", 0) else shape[1])
+    elif op in ("MatMul", "MatMulInteger", "QLinearMatMul"):
+        idx = 3 if op == "QLinearMatMul" else 1
+        w = node.inputs[idx] if len(node.inputs) > idx else None
+        shape = _shape(w) if w is not None else None
+        if shape and isinstance(shape[-1], int):
+            return int(shape[-1])
+    out = node.outputs[0] if node.outputs else None
+    if out is not None and out.shape is not None and len(out.shape) >= 2 and isinstance(out.shape[1], int):
+        return int(out.shape[1])
+    return None
+
+
+def channel_split_ok(channels: int, chunk_max: int) -> bool:
+    """True when ``channels`` fits one chunk or splits into equal chunks of at most ``chunk_max``."""
+    if channels <= chunk_max:
+        return True
+    smallest_parts = -(-channels // chunk_max)
+    return any(channels % k == 0 for k in range(smallest_parts, channels // 2 + 1))
+
+
+@constraint("awkward_output_channels", tag="INF")
+def awkward_output_channels(node, ctx):
+    """Output channels must number at most {channel_chunk_max}, or divide into equal chunks of at most
+    {channel_chunk_max}: stedgeai fails to split large counts with no such divisor (257 fell back to
+    SW; 144 + 113 ran on the NPU)."""
+    c = output_channels(node, ctx)
+    limit = int(ctx.profile.limit("channel_chunk_max"))
+    if c is not None and not channel_split_ok(c, limit):
+        extra = ""
+        out = node.outputs[0] if node.outputs else None
+        zp = ctx.domain.output_zero_point(out) if out is not None else None
+        if zp not in (None, 0):
+            extra = f"; its quantized output has zero-point {zp} ('scale-offset format')"
+        return Verdict(False, f"{_q(node)} has {c} output channels, which has no divisor giving chunks <= {limit}{extra}")
+    return OK
+
+
+@constraint("conv_kernel_native", tag="3P", severity="note")
+def conv_kernel_native(node, ctx):
+    """Conv kernels run natively up to {conv_kernel_h_native} rows and {conv_kernel_w_native_stride1}
+    columns at stride 1 ({conv_kernel_w_native_stride2} at stride >= 2); larger kernels are
+    decomposed into several HW passes (slower)."""
+    ks = node.attrs.get("kernel_shape")
+    if ks is None and len(node.inputs) > 1 and node.inputs[1].shape is not None and len(node.inputs[1].shape) == 4:
+        ks = list(node.inputs[1].shape[2:])
+    if not ks or len(ks) != 2:
+        return OK
+    kh, kw = int(ks[0]), int(ks[1])
+    strides = node.attrs.get("strides", [1, 1])
+    sw_ = int(strides[-1]) if strides else 1
+    wmax = ctx.profile.limit("conv_kernel_w_native_stride1" if sw_ == 1 else "conv_kernel_w_native_stride2")
+    if kh > ctx.profile.limit("conv_kernel_h_native") or kw > wmax:
+        return Verdict(False, f"{_q(node)} has a {kh}x{kw} kernel at stride {sw_}")
+    return OK
+
+
+@constraint("conv_dilation", tag="3P", severity="note")
+def conv_dilation(node, ctx):
+    """Avoid dilated convolutions on the NPU: dilation is emulated and slower."""
+    d = node.attrs.get("dilations")
+    if d and any(int(x) != 1 for x in d):
+        return Verdict(False, f"{_q(node)} has dilations {list(d)}")
+    return OK
+
+
+@constraint("line_buffer", tag="3P", severity="note")
+def line_buffer(node, ctx):
+    """An 8-bit feature line (width x input channels) should fit {line_buffer_elems} elements; wider
+    lines are split by the compiler (slower)."""
+    x = node.inputs[0]
+    if x.shape is not None and len(x.shape) == 4 and all(isinstance(d, int) for d in x.shape[1:]):
+        n = int(x.shape[1]) * int(x.shape[3])
+        if n > ctx.profile.limit("line_buffer_elems"):
+            return Verdict(False, f"{_q(node)} input line is {x.shape[3]} wide x {x.shape[1]} channels = {n} elements")
+    return OK
+
+
+@constraint("prelu_slope_quantized", tag="OBS")
+def prelu_slope_quantized(node, ctx):
+    """PRelu's slope must be a quantized constant (through a DequantizeLinear); a float slope makes the
+    op a float island (DequantizeLinear -> PRelu -> QuantizeLinear, three SW epochs)."""
+    if ctx.oe_export or len(node.inputs) < 2:
+        return OK
+    s = node.inputs[1]
+    if not ctx.view.is_const_like(s):
+        return Verdict(False, f"{_q(node)} has a computed slope '{s.name}'")
+    if ctx.view.is_const(s) and np.dtype(s.dtype or np.float32).kind == "f":
+        return Verdict(False, f"{_q(node)} slope '{s.name}' is an unquantized float constant")
+    return OK
+
+
+def _broadcast_shapes(node):
+    shapes = [_shape(t) for t in node.inputs if t.name]
+    out = _shape(node.outputs[0]) if node.outputs else None
+    return shapes, out
+
+
+@constraint("eltwise_broadcast", tag="3P")
+def eltwise_broadcast(node, ctx):
+    """Element-wise ops broadcast in one direction only: at most one operand may be smaller than the
+    output (best with <= {eltwise_broadcast_max_elems} elements)."""
+    shapes, out = _broadcast_shapes(node)
+    if out is None or any(s is None for s in shapes):
+        return OK
+    out_n = int(np.prod([d for d in out if isinstance(d, int)] or [1]))
+    smaller = [s for s in shapes if int(np.prod([d for d in s if isinstance(d, int)] or [1])) < out_n]
+    if len(smaller) > 1 and len(shapes) > 1 and all(len(smaller) == len(shapes) for _ in [0]):
+        return Verdict(False, f"{_q(node)} broadcasts both operands {[list(s) for s in shapes]} to {list(out)}")
+    return OK
+
+
+@constraint("sub_constant_first", tag="OBS")
+def sub_constant_first(node, ctx):
+    """Sub must subtract from an activation: Sub(constant, x) ran in SW in core 2.x
+    (rewrite it as Mul(x, -1) + Add(constant))."""
+    if node.inputs and ctx.view.is_const_like(node.inputs[0]) and len(node.inputs) > 1 and not ctx.view.is_const_like(node.inputs[1]):
+        return Verdict(False, f"{_q(node)} computes constant '{node.inputs[0].name}' minus an activation")
+    return OK
+
+
+@constraint("div_by_constant", tag="3P")
+def div_by_constant(node, ctx):
+    """Div runs on the NPU only when dividing by a constant; division by a runtime tensor runs in SW."""
+    if len(node.inputs) > 1 and not ctx.view.is_const_like(node.inputs[1]):
+        return Verdict(False, f"{_q(node)} divides by the runtime tensor '{node.inputs[1].name}'")
+    return OK
+
+
+@constraint("transpose_perm", tag="OBS")
+def transpose_perm(node, ctx):
+    """A Transpose runs on the NPU as a layout change (NCHW <-> NHWC, or rank <= 3); swapping the
+    channel axis with one spatial axis (perm [0, 2, 1, 3]) ran in SW in real reports."""
+    perm = node.attrs.get("perm")
+    x = node.inputs[0]
+    if perm is None or x.shape is None or len(x.shape) != 4:
+        return OK
+    perm = [int(p) for p in perm]
+    moved = [i for i, p in enumerate(perm) if p != i and not (isinstance(x.shape[p], int) and x.shape[p] == 1)]
+    if perm == [0, 2, 1, 3] and moved:
+        return Verdict(False, f"{_q(node)} has perm {perm} on shape {list(x.shape)}")
+    return OK
+
+
+@constraint("pad_constant_mode", tag="3P")
+def pad_constant_mode(node, ctx):
+    """Pad runs on the NPU in 'constant' mode only; reflect/edge padding runs in SW."""
+    mode = node.attrs.get("mode", "constant")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "constant":
+        return Verdict(False, f"{_q(node)} pads in '{mode}' mode")
+    return OK
+
+
+@constraint("pool_window", tag="3P", severity="note")
+def pool_window(node, ctx):
+    """Pooling windows up to {pool_window_native}x{pool_window_native} run natively; larger windows
+    are decomposed (slower)."""
+    ks = node.attrs.get("kernel_shape")
+    n = int(ctx.profile.limit("pool_window_native"))
+    if ks and any(int(k) > n for k in ks):
+        return Verdict(False, f"{_q(node)} has a {'x'.join(str(int(k)) for k in ks)} window")
+    return OK
+
+
+@constraint("global_pool_size", tag="INF")
+def global_pool_size(node, ctx):
+    """A global pool should reduce at most {global_pool_max_elems} elements per channel: a 50x11
+    global pool fell back to SW."""
+    x = node.inputs[0]
+    if x.shape is not None and len(x.shape) >= 3 and all(isinstance(d, int) for d in x.shape[2:]):
+        n = int(np.prod(x.shape[2:]))
+        if n > ctx.profile.limit("global_pool_max_elems"):
+            return Verdict(False, f"{_q(node)} pools {' x '.join(str(d) for d in x.shape[2:])} = {n} elements")
+    return OK
+
+
+@constraint("reduce_as_global_pool", tag="3P")
+def reduce_as_global_pool(node, ctx):
+    """ReduceMean/ReduceMax run on the NPU only when they amount to a global pool: the reduced axes are
+    the trailing ones and the tensor rank is the number of reduced axes + 2."""
+    x = node.inputs[0]
+    if x.shape is None:
+        return Verdict(False, f"{_q(node)} has an input of unknown rank")
+    rank = len(x.shape)
+    axes = node.attrs.get("axes")
+    if axes is None and len(node.inputs) > 1 and node.inputs[1].name:
+        v = ctx.view.const_value(node.inputs[1])
+        axes = None if v is None else [int(a) for a in np.atleast_1d(v)]
+    if axes is None:
+        axes = list(range(rank))
+    axes = sorted(int(a) % rank for a in axes)
+    want = list(range(rank - len(axes), rank))
+    if axes != want or rank != len(axes) + 2:
+        return Verdict(False, f"{_q(node)} reduces axes {axes} of a rank-{rank} tensor")
+    if x.shape is not None and all(isinstance(d, int) for d in x.shape[2:]):
+        n = int(np.prod(x.shape[2:]))
+        if n > ctx.profile.limit("global_pool_max_elems"):
+            return Verdict(False, f"{_q(node)} reduces {n} elements per channel (more than {ctx.profile.limit('global_pool_max_elems')})")
+    return OK
+
+
+_FOLD_TARGETS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "QLinearConv"})
+
+
+@constraint("batchnorm_folded", tag="OBS")
+def batchnorm_folded(node, ctx):
+    """BatchNormalization runs on the NPU only when folded into the Conv/Gemm before it; a standalone
+    BatchNormalization runs in SW."""
+    src = ctx.view.source(node.inputs[0])
+    while src is not None and src.op in QDQ_OPS:
+        src = ctx.view.source(src.inputs[0])
+    if src is None or src.op not in _FOLD_TARGETS:
+        what = f"'{src.op}' node '{src.name}'" if src is not None else "a graph input"
+        return Verdict(False, f"{_q(node)} follows {what}, not a Conv/Gemm it could fold into")
+    return OK
+
+
+@constraint("resize_nearest_asymmetric", tag="3P")
+def resize_nearest_asymmetric(node, ctx):
+    """Resize runs on the NPU only with mode 'nearest', coordinate_transformation_mode 'asymmetric',
+    nearest_mode 'floor' and constant integer scales; bilinear (linear) Resize runs in SW."""
+    def attr(name, default):
+        v = node.attrs.get(name, default)
+        return v.decode() if isinstance(v, bytes) else v
+
+    mode = attr("mode", "nearest")
+    ctm = attr("coordinate_transformation_mode", "half_pixel" if node.op == "Resize" else "asymmetric")
+    nm = attr("nearest_mode", "round_prefer_floor")
+    problems = []
+    if mode != "nearest":
+        problems.append(f"mode '{mode}'")
+    else:
+        if ctm != "asymmetric":
+            problems.append(f"coordinate_transformation_mode '{ctm}'")
+        if nm != "floor":
+            problems.append(f"nearest_mode '{nm}'")
+    scales = resize_scales(node, ctx)
+    if scales is None:
+        problems.append("scales that are not constant")
+    elif any(abs(s - round(s)) > 1e-6 or s < 1 for s in scales):
+        problems.append(f"non-integer scales {[round(float(s), 4) for s in scales]}")
+    if problems:
+        return Verdict(False, f"{_q(node)} has {', '.join(problems)}")
+    return OK
+
+
+def resize_scales(node, ctx) -> list[float] | None:
+    """Per-axis scale factors of a Resize/Upsample, from constant scales or sizes (None if unknown)."""
+    if node.op == "Upsample":
+        t = node.inputs[1] if len(node.inputs) > 1 else None
+        v = ctx.view.const_value(t) if t is not None else None
+        if v is None and "scales" in node.attrs:
+            v = np.asarray(node.attrs["scales"])
+        return None if v is None else [float(s) for s in np.ravel(v)]
+    ins = node.inputs
+    if len(ins) > 2 and ins[2].name:
+        v = ctx.view.const_value(ins[2])
+        if v is not None and v.size:
+            return [float(s) for s in np.ravel(v)]
+    if len(ins) > 3 and ins[3].name:
+        v = ctx.view.const_value(ins[3])
+        x = ins[0]
+        if v is not None and x.shape is not None and all(isinstance(d, int) and d > 0 for d in x.shape):
+            return [float(o) / float(i) for o, i in zip(np.ravel(v), x.shape)]
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Model-level hazards checked on specific patterns (severity hang)
+# --------------------------------------------------------------------------------------------
+
+
+@constraint("depthwise_stride2_hang", tag="3P", severity="hang")
+def depthwise_stride2_hang(node, ctx):
+    """A depthwise Conv with stride 2 compiles with no SW epoch but hangs the board (board-verified
+    report): use a stride-1 depthwise Conv and move the stride to the following 1x1 Conv."""
+    if node.op != "Conv":
+        return OK
+    group = int(node.attrs.get("group", 1))
+    strides = [int(s) for s in node.attrs.get("strides", [1, 1])]
+    w = node.inputs[1] if len(node.inputs) > 1 else None
+    if group > 1 and w is not None and w.shape is not None and w.shape[1] == 1 and any(s == 2 for s in strides):
+        return Verdict(False, f"{_q(node)} is a depthwise Conv ({group} groups) with strides {strides}")
+    return OK
+
+
+@constraint("reshape_between_conv_relu_hang", tag="3P", severity="hang")
+def reshape_between_conv_relu_hang(node, ctx):
+    """A Reshape between a Conv and its Relu compiles with no SW epoch but hangs the board: apply the
+    Relu on the 4-D tensor, before the Reshape."""
+    if node.op != "Relu":
+        return OK
+    p = ctx.view.producer(node.inputs[0])
+    while p is not None and p.op in QDQ_OPS:
+        p = ctx.view.producer(p.inputs[0])
+    if p is not None and p.op in MOVEMENT_OPS - {"Identity"}:
+        q = ctx.view.producer(p.inputs[0])
+        while q is not None and q.op in QDQ_OPS:
+            q = ctx.view.producer(q.inputs[0])
+        if q is not None and q.op == "Conv":
+            return Verdict(False, f"{_q(node)} follows '{p.op}' node '{p.name}' after Conv '{q.name}'")
+    return OK
+
+
+HAZARDS = ("depthwise_stride2_hang", "reshape_between_conv_relu_hang")

@@ -1,0 +1,365 @@
+"""Placement: which node runs in HW (NPU), which in SW (Cortex-M55), which the compiler folds, and why.
+
+The model works on the ONNX graph stedgeai would read:
+
+1. Nodes the compiler evaluates at compile time (constants, ``Shape`` of static tensors) and pure
+   data movement (Reshape, Flatten, Squeeze, Unsqueeze, Identity) are *folded*.
+2. Every other node is looked up in the target profile's operator table. Ops not in the table run
+   in SW ("not in the NPU operator table"); ``sw``-tier ops run in SW with the table's reason;
+   ``hw``-tier ops run in HW when every constraint (generic + the op's own) passes, else in SW with
+   *every* failing requirement.
+3. A SW op runs with an int8 kernel when the profile lists one for it and its inputs and outputs are
+   quantized; otherwise it runs in float, and the conversions around it become SW epochs too.
+4. QuantizeLinear/DequantizeLinear are folded between quantized ops. They run in SW at float graph
+   edges (a QuantizeLinear fed by a float graph input, a DequantizeLinear producing a graph output)
+   and around float SW ops.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Iterable
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from ..graph import MOVEMENT_OPS, QDQ_OPS, GraphView, node_label
+from .constraints import GENERIC, HAZARDS, REGISTRY
+from .profile import TargetProfile
+
+HW, SW, FOLDED = "HW", "SW", "folded"
+_INT_KINDS = ("i", "u")
+DEFAULT_DOMAINS = ("", "ai.onnx")
+CONTRIB_OK = frozenset({"QLinearAdd", "QLinearMul"})
+
+
+@dataclass(frozen=True)
+class Reason:
+    """One failing NPU requirement on one node."""
+
+    constraint: str
+    requirement: str
+    detail: str
+    tag: str
+    severity: str = "sw"
+
+    def text(self) -> str:
+        return f"{self.requirement} ({self.detail}) [{self.tag}]"
+
+
+@dataclass(frozen=True)
+class NodePlacement:
+    name: str
+    op_type: str
+    unit: str  # HW | SW | folded
+    reasons: tuple[Reason, ...] = ()
+    notes: tuple[Reason, ...] = ()
+    kernel: str | None = None  # for SW nodes: "int8" or "float"
+    role: str = ""  # e.g. "graph-input conversion", "weights", "data movement"
+
+
+@dataclass
+class Placement:
+    """The placement of every node of one model."""
+
+    nodes: list[NodePlacement]
+    oe_export: bool
+    profile: str
+    model_findings: list[Reason] = field(default_factory=list)
+
+    @property
+    def by_name(self) -> dict[str, NodePlacement]:
+        return {n.name: n for n in self.nodes}
+
+    def sw_nodes(self) -> list[NodePlacement]:
+        return [n for n in self.nodes if n.unit == SW]
+
+
+class QuantDomain:
+    """Which float tensors carry int8 values (quantization info known to the compiler).
+
+    ``sourced(t)``: ``t`` comes from a DequantizeLinear or an integer tensor, possibly through data
+    movement and ops the NPU (or an int8 SW kernel) runs without leaving the int8 domain.
+    ``sunk(t)``: every path from ``t`` reaches a QuantizeLinear (or stays integer) the same way.
+    """
+
+    def __init__(self, view: GraphView, profile: TargetProfile):
+        self.view = view
+        self.profile = profile
+        passthrough = {op for op, r in profile.operators.items() if r.tier in ("hw", "movement")}
+        passthrough |= set(profile.sw_int8_kernels) | MOVEMENT_OPS
+        self._pass = frozenset(passthrough)
+        self._sourced: dict[str, bool] = {}
+        self._sunk: dict[str, bool] = {}
+        self._u8_src: dict[str, bool] = {}
+        self._compute()
+
+    def _is_int(self, t: gs.Tensor) -> bool:
+        return t.dtype is not None and np.dtype(t.dtype).kind in _INT_KINDS and np.dtype(t.dtype).itemsize == 1
+
+    def _compute(self) -> None:
+        view = self.view
+        nodes = view.nodes
+        for t in view.graph.inputs:
+            self._sourced[t.name] = self._is_int(t)
+            self._u8_src[t.name] = False
+        for node in nodes:
+            acts = [t for t in node.inputs if t.name and not view.is_const(t)]
+            for out in node.outputs:
+                if self._is_int(out):
+                    self._sourced[out.name] = True
+                elif node.op == "DequantizeLinear":
+                    self._sourced[out.name] = True
+                elif node.name in view.folded:
+                    self._sourced[out.name] = True
+                elif node.op in self._pass and node.op != "QuantizeLinear":
+                    self._sourced[out.name] = bool(acts) and all(self._sourced.get(t.name, False) for t in acts)
+                else:
+                    self._sourced[out.name] = False
+                # uint8 activations: a DequantizeLinear of a uint8 tensor that is not a weight
+                if node.op == "DequantizeLinear":
+                    x = node.inputs[0]
+                    u8 = x.dtype is not None and np.dtype(x.dtype) == np.uint8 and not view.is_const(x)
+                    u8 = u8 and not view.is_graph_input(x)
+                    self._u8_src[out.name] = u8
+                elif node.op in MOVEMENT_OPS:
+                    self._u8_src[out.name] = any(self._u8_src.get(t.name, False) for t in acts)
+                else:
+                    self._u8_src[out.name] = False
+        for node in reversed(nodes):
+            for out in node.outputs:
+                self._sunk[out.name] = self._sunk_of(out)
+
+    def _sunk_of(self, t: gs.Tensor) -> bool:
+        if self._is_int(t):
+            return True
+        if self.view.is_graph_output(t):
+            return False
+        ok = True
+        for c in t.outputs:
+            if c.op == "QuantizeLinear" or c.name in self.view.folded or c.op == "Shape":
+                continue
+            if c.op in self._pass and c.op != "DequantizeLinear":
+                if not all(self._sunk[o.name] if o.name in self._sunk else self._sunk_of(o)
+                           for o in c.outputs if o.name):
+                    ok = False
+            else:
+                ok = False
+        return ok
+
+    def sourced(self, t: gs.Tensor) -> bool:
+        return self._sourced.get(t.name, False) if not isinstance(t, gs.Constant) else True
+
+    def sunk(self, t: gs.Tensor) -> bool:
+        return self._sunk.get(t.name, self._is_int(t))
+
+    def sourced_any(self, node: gs.Node) -> bool:
+        acts = [t for t in node.inputs if t.name and not self.view.is_const(t)]
+        return any(self.sourced(t) for t in acts)
+
+    def uint8_source(self, t: gs.Tensor) -> bool:
+        return self._u8_src.get(t.name, False)
+
+    def uint8_sink(self, t: gs.Tensor) -> bool:
+        for c, _ in self.view.sinks(t):
+            if c is not None and c.op == "QuantizeLinear" and len(c.inputs) > 2:
+                zp = c.inputs[2]
+                if zp.dtype is not None and np.dtype(zp.dtype) == np.uint8:
+                    out = c.outputs[0]
+                    if not self.view.is_graph_output(out):
+                        return True
+        return False
+
+    def output_zero_point(self, t: gs.Tensor) -> int | None:
+        """Zero-point of the QuantizeLinear that quantizes ``t`` (None when none, or per-axis)."""
+        for c, _ in self.view.sinks(t):
+            if c is not None and c.op == "QuantizeLinear":
+                if len(c.inputs) < 3:
+                    return 0
+                v = self.view.const_value(c.inputs[2])
+                if v is not None and v.size == 1:
+                    return int(v.reshape(-1)[0])
+        return None
+
+
+@dataclass
+class PlacementContext:
+    view: GraphView
+    profile: TargetProfile
+    domain: QuantDomain
+    oe_export: bool
+    values: dict
+
+
+def is_oe_export(model: onnx.ModelProto) -> bool:
+    """ST's front end writes ``<model>_OE_x_y_z.onnx`` with producer 'Cube.AI'; its quantization of
+    constants lives in a side ``_Q.json``, so float constants there are not float islands (INF)."""
+    return model.producer_name.strip().lower() in ("cube.ai", "stedgeai", "st edge ai")
+
+
+def place(view: GraphView, profile: TargetProfile) -> Placement:
+    """Place every node of ``view`` on HW, SW or folded, with reasons."""
+    oe = is_oe_export(view.model)
+    ctx = PlacementContext(view, profile, QuantDomain(view, profile), oe, profile.values())
+    result: dict[str, NodePlacement] = {}
+    model_findings: list[Reason] = []
+
+    for node in view.nodes:
+        if node.op in QDQ_OPS:
+            continue
+        result[node.name] = _place_node(node, ctx)
+
+    for node in view.nodes:
+        if node.op in QDQ_OPS:
+            result[node.name] = _place_qdq(node, ctx, result)
+
+    nodes = [result[n.name] for n in view.nodes]
+    # Model-level findings: one per compile-breaking or board-hanging constraint, with a count.
+    grouped: dict[str, list[Reason]] = {}
+    for np_ in nodes:
+        for r in np_.reasons + np_.notes:
+            if r.severity in ("compile_error", "hang"):
+                grouped.setdefault(r.constraint, []).append(r)
+    for cid, rs in grouped.items():
+        more = f" (and {len(rs) - 1} more node(s))" if len(rs) > 1 else ""
+        first = rs[0]
+        model_findings.append(Reason(cid, first.requirement, first.detail + more, first.tag, first.severity))
+    if not any(n.op in QDQ_OPS or n.op.startswith("QLinear") for n in view.nodes) and any(
+        p.unit == SW for p in nodes
+    ):
+        model_findings.append(Reason(
+            "model_not_quantized",
+            "The NPU runs only 8-bit quantized models (int8 activations per tensor, int8 symmetric "
+            "per-channel weights, QDQ format); a float model runs entirely in SW.",
+            "the model has no QuantizeLinear/DequantizeLinear at all",
+            "DOC", "note"))
+    return Placement(nodes=nodes, oe_export=oe, profile=profile.name, model_findings=model_findings)
+
+
+def _reason(cid: str, detail: str, ctx: PlacementContext) -> Reason:
+    c = REGISTRY[cid]
+    return Reason(cid, c.requirement(ctx.values), detail, c.tag, c.severity)
+
+
+def _place_node(node: gs.Node, ctx: PlacementContext) -> NodePlacement:
+    view, profile = ctx.view, ctx.profile
+    label = node_label(node)
+    if node.name in view.folded:
+        return NodePlacement(node.name, node.op, FOLDED, role="evaluated at compile time")
+    domain = getattr(node, "domain", "") or ""
+    rule = profile.operators.get(node.op)
+    if rule is None or (domain not in DEFAULT_DOMAINS and node.op not in CONTRIB_OK and not node.op.startswith("QLinear")):
+        why = Reason(
+            "operator_table",
+            "The op must be in the NPU operator table; other ops run in SW on the Cortex-M55.",
+            f"'{label}' is a {node.op}{f' ({domain})' if domain not in DEFAULT_DOMAINS else ''}, not in the NPU operator table",
+            "3P",
+        )
+        return NodePlacement(node.name, node.op, SW, (why,), kernel="float")
+    if rule.tier == "movement":
+        bad = REGISTRY["rank_limit"].func(node, ctx)
+        if not bad.ok:
+            return NodePlacement(node.name, node.op, SW, (_reason("rank_limit", bad.detail, ctx),), kernel="float")
+        return NodePlacement(node.name, node.op, FOLDED, role="data movement")
+    if rule.tier == "sw":
+        if _enabled_by_option(node.op, profile):
+            return NodePlacement(node.name, node.op, HW, role=f"on the NPU with {_OPTION_FOR[node.op]}")
+        r = Reason(f"sw_op:{node.op}", rule.why or f"{node.op} runs in SW.", f"'{label}' is a {node.op}", rule.tag)
+        return NodePlacement(node.name, node.op, SW, (r,), kernel=_kernel(node, ctx, ()))
+    failing: list[Reason] = []
+    notes: list[Reason] = []
+    for cid in GENERIC + rule.constraints + HAZARDS:
+        c = REGISTRY[cid]
+        v = c.func(node, ctx)
+        if v.ok:
+            continue
+        r = Reason(cid, c.requirement(ctx.values), v.detail, c.tag, c.severity)
+        (failing if c.severity in ("sw", "compile_error") else notes).append(r)
+    if failing:
+        return NodePlacement(node.name, node.op, SW, tuple(failing), tuple(notes), kernel=_kernel(node, ctx, failing))
+    return NodePlacement(node.name, node.op, HW, (), tuple(notes))
+
+
+_OPTION_FOR = {"Softmax": "--expand-softmax", "Gelu": "--GELU-recognition"}
+
+
+def _enabled_by_option(op: str, profile: TargetProfile) -> bool:
+    return _OPTION_FOR.get(op) in profile.options
+
+
+def _kernel(node: gs.Node, ctx: PlacementContext, failing: Iterable[Reason]) -> str:
+    """int8 when the compiler has an int8 SW kernel for the op and its I/O is quantized, else float."""
+    if any(r.constraint in ("params_quantized", "prelu_slope_quantized", "quantized_activations") for r in failing):
+        return "float"
+    if node.op not in ctx.profile.sw_int8_kernels:
+        return "float"
+    acts = ctx.view.activation_inputs(node, ctx.view)
+    if all(ctx.domain.sourced(t) for t in acts) and all(ctx.domain.sunk(t) for t in node.outputs if t.name):
+        return "int8"
+    return "float"
+
+
+def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlacement]) -> NodePlacement:
+    view = ctx.view
+    label = node_label(node)
+    x = node.inputs[0]
+    if view.is_const_like(x):
+        return NodePlacement(node.name, node.op, FOLDED, role="weights")
+    if node.op == "QuantizeLinear":
+        src = view.source(x)
+        if src is None and view.is_graph_input(view.source_tensor(x)) or src is not None and src.op == "Transpose" and _float_prologue(src, view):
+            r = Reason(
+                "graph_edge_quantize",
+                "The graph input should already be int8: a QuantizeLinear on a float graph input runs in SW "
+                "(give the model an int8 input and quantize in the application, or let stedgeai convert it).",
+                f"'{label}' quantizes the float graph input '{view.source_tensor(x).name}'",
+                "OBS",
+            )
+            return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="graph-input conversion")
+        if src is not None and src.name in placed and placed[src.name].unit == SW and placed[src.name].kernel == "float":
+            r = Reason(
+                "float_island",
+                "Quantized ops must stay int8 end to end: a QuantizeLinear after an op that runs in float is a SW epoch of its own.",
+                f"'{label}' re-quantizes the output of float SW op '{src.name}'",
+                "OBS",
+            )
+            return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="conversion")
+        return NodePlacement(node.name, node.op, FOLDED, role="quantization (folded)")
+    # DequantizeLinear
+    float_users = []
+    to_output = False
+    for c, t in view.sinks(node.outputs[0]):
+        if c is None:
+            to_output = True
+        elif c.name in placed and placed[c.name].unit == SW and placed[c.name].kernel == "float":
+            float_users.append(c.name)
+    if to_output:
+        r = Reason(
+            "graph_edge_dequantize",
+            "Graph outputs should stay int8: a trailing DequantizeLinear runs in SW (drop it and dequantize in the application).",
+            f"'{label}' dequantizes into the graph output",
+            "OBS",
+        )
+        return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="graph-output conversion")
+    if float_users:
+        r = Reason(
+            "float_island",
+            "Quantized ops must stay int8 end to end: a DequantizeLinear feeding an op that runs in float is a SW epoch of its own.",
+            f"'{label}' feeds float SW op(s) {', '.join(repr(u) for u in float_users[:2])}",
+            "OBS",
+        )
+        return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="conversion")
+    return NodePlacement(node.name, node.op, FOLDED, role="dequantization (folded)")
+
+
+def _float_prologue(node: gs.Node, view: GraphView) -> bool:
+    """True when ``node`` only moves a float graph input (Transpose/Reshape chain from the input)."""
+    t = node.inputs[0]
+    while True:
+        p = view.producer(t)
+        if p is None:
+            return view.is_graph_input(t) and t.dtype is not None and np.dtype(t.dtype).kind == "f"
+        if p.op not in MOVEMENT_OPS and p.op != "Transpose":
+            return False
+        t = p.inputs[0]
