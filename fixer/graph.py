@@ -199,3 +199,134 @@ def _empty(t: gs.Tensor) -> bool:
 
 def iter_attrs(node: gs.Node) -> Iterable[tuple[str, object]]:
     return node.attrs.items()
+
+
+# ------------------------------------------------------------------------------------------------
+# Editing: the only way rewriters create nodes (names with provenance, unique names)
+# ------------------------------------------------------------------------------------------------
+
+
+class Editor:
+    """Builds new nodes and tensors in a graph on behalf of one rule applied at one anchor node.
+
+    Every node it creates is named ``<anchor>__nafix_<k>`` and recorded in ``provenance`` with the
+    rule id, so the saved model says which rule made it. Rewriters build; they never search the
+    graph and never clean it up (the engine does one cleanup + toposort per round).
+    """
+
+    def __init__(self, graph: gs.Graph, *, rule_id: str, anchor: gs.Node, provenance: dict[str, str]):
+        self.graph = graph
+        self.rule_id = rule_id
+        self.anchor = anchor
+        self.provenance = provenance
+        self._taken = {t for t in graph.tensors().keys()} | {n.name for n in graph.nodes}
+        self.created: list[gs.Node] = []
+
+    def name(self, base: str | None = None) -> str:
+        base = base or self.anchor.name
+        k = 0
+        while True:
+            cand = f"{base}__nafix_{k}"
+            if cand not in self._taken:
+                self._taken.add(cand)
+                return cand
+            k += 1
+
+    def const(self, values: np.ndarray, base: str | None = None) -> gs.Constant:
+        return gs.Constant(self.name(base), np.ascontiguousarray(values))
+
+    def var(self, dtype=None, shape=None, base: str | None = None) -> gs.Variable:
+        return gs.Variable(self.name(base), dtype=dtype, shape=shape)
+
+    def node(self, op: str, inputs: list, outputs: list | None = None, attrs: dict | None = None,
+             *, dtype=None, shape=None, domain: str | None = None) -> gs.Node:
+        """Create ``op`` reading ``inputs``; with no ``outputs`` one new variable is made."""
+        if outputs is None:
+            outputs = [self.var(dtype=dtype, shape=shape)]
+        n = gs.Node(op=op, name=self.name(), attrs=dict(attrs or {}), inputs=list(inputs), outputs=list(outputs),
+                    domain=domain)
+        self.graph.nodes.append(n)
+        self.provenance[n.name] = self.rule_id
+        self.created.append(n)
+        return n
+
+    def replace_uses(self, old: gs.Tensor, new: gs.Tensor, *, keep_name: bool = True) -> None:
+        """Make every reader of ``old`` read ``new``. If ``old`` is a graph output, ``new`` takes its
+        place (and, with ``keep_name``, its name, so the model's interface keeps its names)."""
+        for consumer in list(old.outputs):
+            for i, t in enumerate(consumer.inputs):
+                if t is old:
+                    consumer.inputs[i] = new
+        for i, t in enumerate(self.graph.outputs):
+            if t is old:
+                if keep_name:
+                    old_name = old.name
+                    old.name = self.name(old_name + "_orig")
+                    new.name = old_name
+                self.graph.outputs[i] = new
+
+    def remove(self, node: gs.Node) -> None:
+        """Disconnect ``node``; the engine's cleanup drops it and whatever only it used."""
+        node.inputs.clear()
+        node.outputs.clear()
+
+
+def qdq_params(view: GraphView, node: gs.Node) -> tuple[np.ndarray, np.ndarray, int | None]:
+    """(scale, zero_point, axis) of a QuantizeLinear/DequantizeLinear with constant parameters."""
+    scale = view.const_value(node.inputs[1])
+    if scale is None:
+        raise ValueError(f"'{node.name}' has a non-constant scale")
+    if len(node.inputs) > 2 and node.inputs[2].name:
+        zp = view.const_value(node.inputs[2])
+        if zp is None:
+            raise ValueError(f"'{node.name}' has a non-constant zero-point")
+    else:
+        zp = np.zeros_like(scale, dtype=np.uint8)
+    axis = node.attrs.get("axis", 1) if np.asarray(scale).size > 1 else None
+    return np.asarray(scale), np.asarray(zp), axis
+
+
+@dataclass(frozen=True)
+class QuantWeight:
+    """A constant weight as the model stores it: integer values + DequantizeLinear parameters, or float."""
+
+    tensor: gs.Tensor  # the tensor the op reads (DequantizeLinear output, or the constant itself)
+    values: np.ndarray  # stored values (int8/int32 when quantized, float otherwise)
+    scale: np.ndarray | None = None
+    zero_point: np.ndarray | None = None
+    axis: int | None = None
+    dq: gs.Node | None = None
+
+    @property
+    def quantized(self) -> bool:
+        return self.dq is not None
+
+    def dequantized(self) -> np.ndarray:
+        if self.dq is None:
+            return self.values.astype(np.float32)
+        v = self.values.astype(np.float64)
+        s = self.scale.astype(np.float64)
+        z = self.zero_point.astype(np.float64)
+        if self.axis is not None and s.size > 1:
+            shape = [1] * v.ndim
+            shape[self.axis] = -1
+            s = s.reshape(shape)
+            z = z.reshape(shape)
+        return ((v - z) * s).astype(np.float32)
+
+
+def read_weight(view: GraphView, t: gs.Tensor) -> QuantWeight | None:
+    """The constant behind ``t``: directly, or through a DequantizeLinear of a constant."""
+    v = view.const_value(t)
+    if v is not None:
+        return QuantWeight(t, v)
+    p = view.producer(t)
+    if p is not None and p.op == "DequantizeLinear":
+        raw = view.const_value(p.inputs[0])
+        if raw is None:
+            return None
+        scale, zp, axis = qdq_params(view, p)
+        if axis is not None and axis < 0:
+            axis += raw.ndim
+        return QuantWeight(t, raw, scale, zp, axis, p)
+    return None

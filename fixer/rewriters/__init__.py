@@ -1,0 +1,103 @@
+"""Registered rewriters: how a matched node is rebuilt into an NPU-friendly equivalent.
+
+A rewriter is a function ``(match, editor) -> RewriteResult`` registered with :func:`rewriter`. It
+receives the anchor node the rule matched and the rule's parameters, builds replacement nodes with
+the :class:`~fixer.graph.Editor` (which names them ``<anchor>__nafix_<k>`` and records provenance)
+and rewires consumers. It never searches the graph beyond the match's immediate neighbourhood and
+never cleans up: the engine does one cleanup + toposort per round. When it cannot apply (a
+precondition the YAML match cannot express), it raises :class:`NearMiss` with a sentence saying
+why; the engine reports that as a near-miss. The docstring is user-facing (``nafix rules NAF001``).
+
+Rewriter modules register on import; :func:`load_all` imports every family.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+import onnx_graphsurgeon as gs
+
+from ..graph import Editor, GraphView
+from ..npu.placement import Placement
+from ..npu.profile import TargetProfile
+
+FAMILIES = ("channels", "resize", "qdq", "ops")
+
+
+class NearMiss(Exception):
+    """The rule matched but cannot apply here; the message says why (a whole sentence)."""
+
+
+@dataclass(frozen=True)
+class IoChange:
+    """A change to the model's interface, recorded so firmware can convert data at the edges."""
+
+    kind: str  # "input" | "output"
+    name: str
+    dtype: str  # new element type, e.g. "int8", "uint8"
+    scale: float | list[float]
+    zero_point: int | list[int]
+    was: str = "float32"
+
+
+@dataclass(frozen=True)
+class Match:
+    """What a rule matched: the anchor node, plus the context a rewriter may read."""
+
+    rule_id: str
+    node: gs.Node
+    view: GraphView
+    placement: Placement
+    profile: TargetProfile
+    params: Mapping[str, Any] = field(default_factory=dict)
+    options: Mapping[str, Any] = field(default_factory=dict)  # fix options (e.g. input_type)
+
+
+@dataclass
+class RewriteResult:
+    detail: str  # one sentence: "split 257 output channels into 144 + 113"
+    io_changes: list[IoChange] = field(default_factory=list)
+    contract: str | None = None  # overrides the rule's verify contract for this change (rare)
+
+
+Rewriter = Callable[[Match, Editor], RewriteResult]
+
+
+@dataclass(frozen=True)
+class RegisteredRewriter:
+    name: str
+    func: Rewriter
+    doc: str
+    params: Mapping[str, Any]  # parameter name -> default
+
+
+REWRITERS: dict[str, RegisteredRewriter] = {}
+
+
+def rewriter(name: str, **defaults: Any):
+    """Register a rewriter under ``name``; keyword arguments declare its parameters and defaults
+    (a rule may set only these)."""
+
+    def deco(fn: Rewriter) -> Rewriter:
+        if not fn.__doc__:
+            raise TypeError(f"rewriter {name} needs a docstring: it is shown to users")
+        if name in REWRITERS and REWRITERS[name].func is not fn:
+            raise TypeError(f"rewriter {name} is registered twice")
+        REWRITERS[name] = RegisteredRewriter(name, fn, " ".join(inspect.cleandoc(fn.__doc__).split()), dict(defaults))
+        return fn
+
+    return deco
+
+
+def load_all() -> dict[str, RegisteredRewriter]:
+    """Import every rewriter family so the registry is complete."""
+    for fam in FAMILIES:
+        try:
+            importlib.import_module(f"{__name__}.{fam}")
+        except ModuleNotFoundError as exc:
+            if exc.name != f"{__name__}.{fam}":
+                raise
+    return REWRITERS
