@@ -215,3 +215,150 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
     if progress:
         progress(len(files), len(files), files[-1])
     return AuditResult(rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# nafix fix
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FixOptions:
+    """Options of ``nafix fix`` (and ``nafix MODEL``)."""
+
+    analysis: AnalysisOptions = AnalysisOptions()
+    output: str | None = None  # default: <model>.nafix.onnx beside the input
+    dry_run: bool = False
+    select: tuple[str, ...] = ()
+    ignore: tuple[str, ...] = ()
+    rules_dirs: tuple[str, ...] = ()
+    input_type: str = "int8"  # int8 | uint8 (camera frames) for a quantized graph input
+    inputs_npz: str | None = None
+    keep_failed: bool = False
+    force: bool = False  # overwrite an existing output that nafix did not write
+    seed: int = 0
+    samples: int = 3
+    max_rounds: int = 8
+
+
+@dataclass
+class FixResult:
+    input: Path
+    output: Path | None
+    report_path: Path | None
+    header_path: Path | None
+    before: ModelAnalysis
+    after: ModelAnalysis | None
+    engine: "EngineResult"
+    verification: "Verification | None"
+    written: bool
+    rules_run: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def verified(self) -> bool:
+        return self.verification is None or self.verification.ok
+
+    @property
+    def final(self) -> ModelAnalysis:
+        return self.after or self.before
+
+
+def default_outputs(model_path: Path, output: str | None) -> tuple[Path, Path, Path]:
+    """(model, JSON report, C header) paths: ``model.nafix.onnx`` etc. beside the input, or from -o."""
+    if output:
+        out = Path(output)
+        if out.is_dir():
+            out = out / (model_path.stem + ".nafix.onnx")
+    else:
+        out = model_path.with_name(model_path.stem + ".nafix.onnx")
+    stem = out.name[:-5] if out.name.endswith(".onnx") else out.name
+    return out, out.with_name(stem + ".json"), out.with_name(stem + ".h")
+
+
+def _written_by_nafix(path: Path) -> bool:
+    import onnx
+
+    try:
+        m = onnx.load(str(path), load_external_data=False)
+    except Exception:  # noqa: BLE001
+        return False
+    return any(p.key == "nafix.version" for p in m.metadata_props)
+
+
+def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
+        on_round: Callable[[int, int], None] | None = None) -> FixResult:
+    """Rewrite NPU-unfriendly patterns, verify equivalence, and (unless a dry run) write the results."""
+    import onnx
+
+    from . import __version__
+    from .engine import run_engine
+    from .model_io import save_model
+    from .rules import load_rules, select_rules
+    from .verify import load_inputs_npz, loosest, verify
+
+    if opts.input_type not in ("int8", "uint8"):
+        raise UsageError(f"--input-type must be int8 or uint8, not '{opts.input_type}'.")
+    profile = resolve_profile(opts.analysis)
+    pools = resolve_pools(opts.analysis)
+    src = Path(path)
+    out, report_path, header_path = default_outputs(src, opts.output)
+    loaded = load_model(src, input_shapes=opts.analysis.input_shapes)
+    if not opts.dry_run:
+        for p in (out, report_path, header_path):
+            if p.exists() and src.exists() and p.resolve() == src.resolve():
+                raise UsageError(f"{p}: refusing to write over the input model; choose another output with -o.")
+        if out.exists() and not opts.force and not _written_by_nafix(out):
+            raise UsageError(f"{out}: exists and was not written by nafix; pass --force to overwrite it or choose -o.")
+    before = analyze_model(loaded, profile=profile, pools=pools)
+    rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore)
+    engine = run_engine(loaded.model, rules, profile=profile,
+                        options={"input_type": opts.input_type}, max_rounds=opts.max_rounds, on_round=on_round)
+    rules_by_id = {r.id: r for r in rules}
+    verification = None
+    after = None
+    warnings: list[str] = []
+    if engine.changes:
+        contract = loosest([rules_by_id[r].verify for r in engine.rules_applied])
+        feeds = load_inputs_npz(opts.inputs_npz, loaded.model) if opts.inputs_npz else None
+        verification = verify(loaded.model, engine.model, contract=contract, rules=engine.rules_applied,
+                              io_changes=engine.io_changes, inputs=feeds, seed=opts.seed, samples=opts.samples)
+        fixed_loaded = LoadedModel(path=out, model=engine.model, opset=loaded.opset,
+                                   dynamic_dims=loaded.dynamic_dims)
+        after = analyze_model(fixed_loaded, profile=profile, pools=pools)
+        if after.estimate.hw_ratio < before.estimate.hw_ratio:
+            warnings.append(
+                f"the estimated HW ratio went down ({before.estimate.hw_ratio:.1%} -> {after.estimate.hw_ratio:.1%}); "
+                "this is a nafix bug, please report it")
+    written = False
+    if engine.changes and not opts.dry_run and (verification.ok or opts.keep_failed):
+        model = engine.model
+        meta = {p.key: p.value for p in model.metadata_props}
+        meta.update({
+            "nafix.version": __version__,
+            "nafix.rules": ",".join(engine.rules_applied),
+            "nafix.profile": profile.name,
+            "nafix.verified": "yes" if verification.ok else "NO (written with --keep-failed)",
+        })
+        del model.metadata_props[:]
+        for k, v in meta.items():
+            model.metadata_props.add(key=k, value=v)
+        save_model(model, out, protect=(src,))
+        written = True
+    result = FixResult(
+        input=src, output=out if written else None, report_path=None, header_path=None, before=before,
+        after=after, engine=engine, verification=verification, written=written,
+        rules_run=[r.id for r in rules], warnings=warnings,
+    )
+    if not opts.dry_run:
+        from .model_io import atomic_write_text
+        from .report import fix_dict, fix_header
+        import json
+
+        if written and engine.io_changes:
+            atomic_write_text(header_path, fix_header(result, header_path))
+            result.header_path = header_path
+        if written or not engine.changes:
+            result.report_path = report_path
+            atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n")
+    return result

@@ -130,6 +130,97 @@ def audit_cmd(
         raise typer.Exit(1)
 
 
+class OutFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+@app.command("fix")
+def fix_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model to fix (never modified)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Output model path (default: MODEL.nafix.onnx beside the input)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
+    select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these rules (ids or names; repeatable). Opt-in rules run only when selected."),
+    ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Do not run these rules (repeatable)."),
+    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
+    input_type: str = typer.Option("int8", "--input-type", help="Type of a graph input made integer by NAF005: int8 or uint8 (camera frames)."),
+    inputs: Optional[Path] = typer.Option(None, "--inputs", help="An .npz of inputs (arrays keyed by input name) for the equivalence gate."),
+    keep_failed: bool = typer.Option(False, "--keep-failed", help="Write the model even when verification fails."),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing output file that nafix did not write."),
+    fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when SW epochs remain (sw)."),
+    fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or the JSON report."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
+    target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
+    stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs used by the equivalence gate."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="List every remaining SW node."),
+):
+    """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
+    from .api import FixOptions, fix
+    from .report import fix_dict, fix_renderables
+
+    try:
+        opts = FixOptions(
+            analysis=_analysis_options(target_profile, stedgeai_option, input_shape, None, None),
+            output=output, dry_run=dry_run, select=tuple(select or ()), ignore=tuple(ignore or ()),
+            rules_dirs=tuple(str(r) for r in rules or ()), input_type=input_type,
+            inputs_npz=str(inputs) if inputs else None, keep_failed=keep_failed, force=force, seed=seed,
+        )
+        result = fix(model, opts)
+    except NafixError as exc:
+        _fail(exc)
+    if fmt == OutFormat.json:
+        sys.stdout.write(json.dumps(fix_dict(result), indent=2) + "\n")
+    else:
+        for r in fix_renderables(result, verbose=verbose):
+            out.print(r)
+    if not result.verified:
+        err.print(f"[bold red]error:[/] verification failed for rule(s) {', '.join(result.verification.rules)}; "
+                  "nothing written" + (" (kept with --keep-failed)" if result.written else ""), highlight=False)
+        raise typer.Exit(1)
+    if fail_on == FailOn.sw and result.final.estimate.sw_epochs > 0:
+        raise typer.Exit(1)
+
+
+@app.command("rules")
+def rules_cmd(
+    rule_id: Optional[str] = typer.Argument(None, help="Explain one rule (id or name)."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print the rules reference (docs/RULES.md) as Markdown."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file."),
+    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
+):
+    """List the rewrite rules, explain one, or write the rules reference."""
+    from .rules import load_rules, rule_markdown
+
+    try:
+        loaded = load_rules(tuple(rules or ()))
+        if markdown:
+            _emit(rule_markdown(loaded), output)
+            return
+        if rule_id:
+            match = [r for r in loaded if r.id == rule_id.upper() or r.name == rule_id]
+            if not match:
+                from .errors import UsageError
+                from .rules import _suggest
+
+                raise UsageError(f"unknown rule '{rule_id}'{_suggest(rule_id, [r.id for r in loaded] + [r.name for r in loaded])}.")
+            text = rule_markdown(match).split("\n", 6)[-1]
+            sys.stdout.write(text)
+            return
+    except NafixError as exc:
+        _fail(exc)
+    from rich.table import Table
+
+    t = Table(title="nafix rules", expand=False)
+    t.add_column("id")
+    t.add_column("name")
+    t.add_column("summary", overflow="fold")
+    t.add_column("verify")
+    for r in loaded:
+        t.add_row(r.id, r.name + (" (opt-in)" if r.opt_in else ""), r.summary, r.verify.describe())
+    out.print(t)
+
+
 def _emit(text: str, output: Optional[Path]) -> None:
     if output is None:
         sys.stdout.write(text)

@@ -167,3 +167,200 @@ def audit_renderables(result: AuditResult, *, profile: str, verbose: bool = Fals
     out.append(Text(""))
     out.append(Text(ESTIMATE_NOTE, style="dim"))
     return out
+
+
+# ------------------------------------------------------------------------------------------------
+# nafix fix
+# ------------------------------------------------------------------------------------------------
+
+
+def _const(model, name):
+    import onnx
+
+    for t in model.graph.initializer:
+        if t.name == name:
+            return onnx.numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output[0] == name and n.attribute:
+            return onnx.numpy_helper.to_array(n.attribute[0].t)
+    return None
+
+
+def _qparams(model, node):
+    import numpy as np
+
+    s = _const(model, node.input[1])
+    z = _const(model, node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
+    if s is None or z is None:
+        return None, None, None
+    conv = (lambda a: a.reshape(-1)[0].item()) if np.size(s) == 1 else (lambda a: a.reshape(-1).tolist())
+    return conv(np.asarray(s, dtype=np.float64)), conv(np.asarray(z).astype(np.int64)), np.asarray(z).dtype.name
+
+
+def edge_io(model) -> dict[str, list[dict[str, Any]]]:
+    """Graph inputs and outputs with dtype, and scale/zero_point wherever the edge is quantized:
+    an int8/uint8 edge (the values are (q - zero_point) * scale), or a float edge that a
+    QuantizeLinear/DequantizeLinear converts right at the boundary."""
+    import onnx
+
+    init_names = {t.name for t in model.graph.initializer}
+    consumers: dict[str, list] = {}
+    producers = {}
+    for n in model.graph.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+        for o in n.output:
+            producers[o] = n
+
+    def dtype_of(vi):
+        return onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
+
+    def shape_of(vi):
+        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
+
+    ins, outs = [], []
+    for vi in model.graph.input:
+        if vi.name in init_names:
+            continue
+        row = {"name": vi.name, "dtype": dtype_of(vi), "shape": shape_of(vi), "scale": None, "zero_point": None}
+        for c in consumers.get(vi.name, []):
+            if c.op_type in ("QuantizeLinear", "DequantizeLinear") and c.input[0] == vi.name:
+                row["scale"], row["zero_point"], qtype = _qparams(model, c)
+                if c.op_type == "QuantizeLinear":
+                    row["quantized_inside_as"] = qtype
+                break
+        ins.append(row)
+    for vi in model.graph.output:
+        row = {"name": vi.name, "dtype": dtype_of(vi), "shape": shape_of(vi), "scale": None, "zero_point": None}
+        p = producers.get(vi.name)
+        if p is not None and p.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            row["scale"], row["zero_point"], _ = _qparams(model, p)
+        outs.append(row)
+    return {"inputs": ins, "outputs": outs}
+
+
+def fix_dict(result) -> dict[str, Any]:
+    from .api import FixResult  # noqa: F401  (type only)
+
+    before = result.before
+    after = result.final
+    v = result.verification
+    model = result.engine.model if result.engine.changes else result.before.loaded.model
+    return {
+        "nafix_version": __version__,
+        "input": str(result.input),
+        "output": str(result.output) if result.output else None,
+        "written": result.written,
+        "profile": before.profile.name,
+        "estimated": True,
+        "note": ESTIMATE_NOTE,
+        "estimate": {"before": before.estimate.as_dict(), "after": after.estimate.as_dict()},
+        "changes": [{"rule": c.rule, "node": c.node, "op_type": c.op_type, "detail": c.detail,
+                     "new_nodes": list(c.new_nodes)} for c in result.engine.changes],
+        "near_misses": [{"rule": n.rule, "node": n.node, "op_type": n.op_type, "reason": n.reason}
+                        for n in result.engine.near_misses],
+        "verification": v.as_dict() if v is not None else {"ok": True, "outputs": [], "contract": None,
+                                                             "detail": "nothing changed, nothing to verify"},
+        "io": edge_io(model),
+        "io_changes": [{"kind": c.kind, "name": c.name, "dtype": c.dtype, "scale": c.scale,
+                        "zero_point": c.zero_point, "was": c.was} for c in result.engine.io_changes],
+        "remaining_sw_nodes": after.sw_nodes(),
+        "findings": [{"constraint": r.constraint, "detail": r.detail, "severity": r.severity, "tag": r.tag}
+                     for r in after.findings],
+        "memory": {"before": before.memory.as_dict(), "after": after.memory.as_dict()},
+        "rules_run": result.rules_run,
+        "warnings": result.warnings,
+    }
+
+
+def _c_ident(name: str) -> str:
+    import re
+
+    s = re.sub(r"[^0-9A-Za-z]", "_", name).upper().strip("_") or "T"
+    return s if not s[0].isdigit() else "T_" + s
+
+
+def fix_header(result, header_path) -> str:
+    """A C header with the scale and zero-point of every graph edge nafix made integer."""
+    guard = _c_ident(header_path.name)
+    lines = [
+        f"/* Generated by nafix {__version__} for {result.output.name if result.output else 'the fixed model'}.",
+        " * Integer graph edges: real_value = (q - ZERO_POINT) * SCALE; q = round(real_value / SCALE) + ZERO_POINT",
+        " * (round half to even, saturated to the type's range). */",
+        f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",
+    ]
+    for c in result.engine.io_changes:
+        base = f"NAFIX_{'IN' if c.kind == 'input' else 'OUT'}_{_c_ident(c.name)}"
+        scale = c.scale if not isinstance(c.scale, list) else c.scale[0]
+        zp = c.zero_point if not isinstance(c.zero_point, list) else c.zero_point[0]
+        lines += [
+            f"/* {c.kind} '{c.name}': {c.dtype} (was {c.was}) */",
+            f"#define {base}_SCALE {float(scale)!r}f",
+            f"#define {base}_ZERO_POINT ({int(zp)})",
+            f"typedef {c.dtype}_t {base.lower()}_t;",
+            "",
+        ]
+    lines += [
+        "static inline float nafix_dequantize(int32_t q, float scale, int32_t zero_point)",
+        "{", "    return (float)(q - zero_point) * scale;", "}", "",
+        f"#endif /* {guard} */", "",
+    ]
+    return "\n".join(lines)
+
+
+def fix_renderables(result, *, verbose: bool = False):
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[Any] = []
+    b, a = result.before.estimate, result.final.estimate
+    t = Table(title=f"nafix {result.input.name} (estimated by nafix's placement model)", expand=False)
+    t.add_column("")
+    t.add_column("epochs", justify="right")
+    t.add_column("SW epochs", justify="right")
+    t.add_column("HW ratio", justify="right")
+    t.add_row("before", str(b.epochs), str(b.sw_epochs), f"{b.hw_ratio:.1%}")
+    t.add_row("after", str(a.epochs), str(a.sw_epochs), f"{a.hw_ratio:.1%}")
+    out.append(t)
+    if result.engine.changes:
+        out.append(Text(f"changes ({len(result.engine.changes)}):", style="bold"))
+        for c in result.engine.changes:
+            out.append(Text(f"  {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
+    else:
+        out.append(Text("no rule applied: nothing to fix that nafix knows how to fix.", style="bold"))
+    v = result.verification
+    if v is not None:
+        style = "green" if v.ok else "bold red"
+        out.append(Text(f"verification: {'PASSED' if v.ok else 'FAILED'} ({v.contract.describe()}, "
+                        f"{v.samples} {v.inputs} input set(s), rules {', '.join(v.rules)})", style=style))
+        for o in v.outputs:
+            extra = f", {o.bit_exact_fraction:.1%} bit-exact" if o.bit_exact_fraction < 1 else ""
+            out.append(Text(f"  {o.name}: max abs error {o.max_abs_error:.3g}, cosine {o.cosine:.6f}{extra}: {o.detail}",
+                            style=None if o.ok else "red"))
+    for ch in result.engine.io_changes:
+        out.append(Text(f"  {ch.kind} '{ch.name}' is now {ch.dtype} (scale {ch.scale}, zero-point {ch.zero_point})"))
+    final = result.final
+    sw = final.sw_nodes()
+    if sw:
+        out.append(Text(f"SW nodes that remain ({len(sw)}):", style="bold yellow"))
+        for req, tag, items in grouped_reasons(final):
+            out.append(Text(f"  x{len(items)}: {req} [{tag}]", style="yellow"))
+            for name, op, detail in (items if verbose else items[:6]):
+                out.append(Text(f"      {detail}"))
+            if not verbose and len(items) > 6:
+                out.append(Text(f"      ... and {len(items) - 6} more (--verbose lists all)", style="dim"))
+    for r in final.findings:
+        out.append(Text(f"  {r.severity.upper()}: {r.requirement} ({r.detail}) [{r.tag}]", style="yellow"))
+    if result.engine.near_misses:
+        out.append(Text(f"near-misses ({len(result.engine.near_misses)}): rules that matched but did not apply", style="bold"))
+        for n in result.engine.near_misses:
+            out.append(Text(f"  {n.rule} '{n.node}' ({n.op_type}): {n.reason}"))
+    for w in result.warnings:
+        out.append(Text(f"warning: {w}", style="bold red"))
+    if result.written:
+        files = [str(result.output)] + [str(p) for p in (result.report_path, result.header_path) if p]
+        out.append(Text("wrote " + ", ".join(files), style="green"))
+    elif result.engine.changes and v is not None and not v.ok:
+        out.append(Text("nothing written: verification failed (use --keep-failed to write anyway)", style="bold red"))
+    out.append(Text(ESTIMATE_NOTE, style="dim"))
+    return out

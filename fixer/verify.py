@@ -1,0 +1,297 @@
+"""The equivalence gate: run the original and the rewritten model in onnxruntime on the same inputs
+and judge every output under the verify contract of the rules that were applied.
+
+Inputs are seeded random data in each input's dtype and plausible range (for a float input that feeds
+a QuantizeLinear, the range its quantization can represent), or the user's ``--inputs file.npz``.
+Where a rule changed the model's interface (int8 graph edges), the fixed model is fed the quantized
+input and its int8 output is dequantized with the recorded scale and zero-point before comparison.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+
+from .errors import InputError
+from .model_io import prepare_for_runtime
+from .rewriters import IoChange
+from .rules import CONTRACT_ORDER, VerifyContract
+
+NP_TYPES = {
+    "tensor(float)": np.float32, "tensor(double)": np.float64, "tensor(float16)": np.float16,
+    "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int16)": np.int16, "tensor(uint16)": np.uint16,
+    "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(bool)": np.bool_,
+}
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    name: str
+    ok: bool
+    max_abs_error: float
+    cosine: float
+    snr_db: float
+    bit_exact_fraction: float
+    within_one_lsb_fraction: float | None
+    detail: str
+
+    def as_dict(self) -> dict:
+        return {
+            "name": self.name, "ok": self.ok, "max_abs_error": self.max_abs_error, "cosine": self.cosine,
+            "snr_db": self.snr_db, "bit_exact_fraction": self.bit_exact_fraction,
+            "within_one_lsb_fraction": self.within_one_lsb_fraction, "detail": self.detail,
+        }
+
+
+@dataclass
+class Verification:
+    ok: bool
+    contract: VerifyContract
+    rules: list[str]
+    outputs: list[OutputCheck] = field(default_factory=list)
+    inputs: str = "random"
+    samples: int = 0
+
+    def as_dict(self) -> dict:
+        return {
+            "ok": self.ok, "contract": self.contract.contract, "contract_text": self.contract.describe(),
+            "rules": self.rules, "inputs": self.inputs, "samples": self.samples,
+            "outputs": [o.as_dict() for o in self.outputs],
+        }
+
+
+def loosest(contracts: Sequence[VerifyContract]) -> VerifyContract:
+    """The contract the whole model is held to: the loosest of the rules applied (tolerances max'ed)."""
+    if not contracts:
+        return VerifyContract("exact")
+    worst = max(contracts, key=lambda c: CONTRACT_ORDER[c.contract])
+    return VerifyContract(worst.contract, max(c.rtol for c in contracts), max(c.atol for c in contracts),
+                          max(c.lsb for c in contracts))
+
+
+def session(model: onnx.ModelProto):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    # Graph optimizations could fuse Q/DQ differently in the two models; compare the models as written.
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(prepare_for_runtime(model).SerializeToString(), opts,
+                                providers=["CPUExecutionProvider"])
+
+
+def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
+    """The float range a QuantizeLinear right after input ``name`` can represent."""
+    inits = {t.name: t for t in model.graph.initializer}
+    consts = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant"}
+    for node in model.graph.node:
+        if node.op_type == "QuantizeLinear" and node.input[0] == name:
+            def val(t):
+                if t in inits:
+                    return onnx.numpy_helper.to_array(inits[t])
+                if t in consts:
+                    return onnx.numpy_helper.to_array(consts[t].attribute[0].t)
+                return None
+            s = val(node.input[1])
+            z = val(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
+            if s is None or z is None or np.size(s) != 1:
+                return None
+            info = np.iinfo(z.dtype)
+            lo = (info.min - float(z.reshape(-1)[0])) * float(s.reshape(-1)[0])
+            hi = (info.max - float(z.reshape(-1)[0])) * float(s.reshape(-1)[0])
+            return lo, hi
+    return None
+
+
+def make_inputs(model: onnx.ModelProto, *, seed: int = 0, samples: int = 3) -> list[dict[str, np.ndarray]]:
+    """Seeded random inputs for every graph input, in its dtype and plausible range."""
+    sess = session(model)
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(samples):
+        feed = {}
+        for i in sess.get_inputs():
+            shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
+            dtype = NP_TYPES.get(i.type, np.float32)
+            if np.dtype(dtype).kind == "f":
+                rng_ = _input_range(model, i.name) or (-1.0, 1.0)
+                feed[i.name] = rng.uniform(rng_[0], rng_[1], size=shape).astype(dtype)
+            elif dtype is np.bool_:
+                feed[i.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
+            else:
+                info = np.iinfo(dtype)
+                lo, hi = max(info.min, -128), min(info.max, 255)
+                if dtype is np.int64 or dtype is np.int32:
+                    lo, hi = 0, 3
+                feed[i.name] = rng.integers(lo, hi + 1, size=shape).astype(dtype)
+        out.append(feed)
+    return out
+
+
+def load_inputs_npz(path: str | Path, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
+    """Inputs from an .npz whose arrays are keyed by input name (a leading sample axis is optional)."""
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: --inputs file not found.")
+    try:
+        data = dict(np.load(p, allow_pickle=False))
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"{p}: not a readable .npz file ({exc}).") from None
+    sess = session(model)
+    feeds: list[dict[str, np.ndarray]] = []
+    for i in sess.get_inputs():
+        if i.name not in data:
+            raise InputError(f"{p}: has no array named '{i.name}' (it has {', '.join(data) or 'none'}).")
+        arr = data[i.name]
+        rank = len(i.shape)
+        batch = [arr] if arr.ndim == rank else list(arr)
+        for k, a in enumerate(batch):
+            if len(feeds) <= k:
+                feeds.append({})
+            feeds[k][i.name] = a.astype(NP_TYPES.get(i.type, np.float32))
+    return feeds
+
+
+def quantize_like_ort(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
+    """QuantizeLinear as onnxruntime computes it: round half to even, saturate."""
+    info = np.iinfo(np.dtype(dtype))
+    q = np.rint(x.astype(np.float32) / np.float32(scale)) + zp
+    return np.clip(q, info.min, info.max).astype(dtype)
+
+
+def dequantize(q: np.ndarray, scale, zp) -> np.ndarray:
+    return ((q.astype(np.int32) - np.int32(zp)).astype(np.float32) * np.float32(scale)).astype(np.float32)
+
+
+def _output_scales(model: onnx.ModelProto) -> dict[str, float]:
+    """Scale of the DequantizeLinear that produces each graph output (per-tensor), for LSB checks."""
+    inits = {t.name: t for t in model.graph.initializer}
+    outs = {o.name for o in model.graph.output}
+    scales = {}
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear" and node.output[0] in outs and node.input[1] in inits:
+            s = onnx.numpy_helper.to_array(inits[node.input[1]])
+            if s.size == 1:
+                scales[node.output[0]] = float(s.reshape(-1)[0])
+    return scales
+
+
+def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale: float | None) -> OutputCheck:
+    a64 = np.asarray(a, dtype=np.float64)
+    b64 = np.asarray(b, dtype=np.float64)
+    if a64.shape != b64.shape:
+        return OutputCheck("", False, float("inf"), 0.0, float("-inf"), 0.0, None,
+                           f"shape {list(b64.shape)} differs from the original {list(a64.shape)}")
+    diff = np.abs(a64 - b64)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
+    cosine = float(np.dot(a64.ravel(), b64.ravel()) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    noise = float(np.sum(diff ** 2))
+    snr = float("inf") if noise == 0 else float(10 * np.log10(max(np.sum(a64 ** 2), 1e-30) / noise))
+    exact = float(np.mean(diff == 0)) if diff.size else 1.0
+    one_lsb = float(np.mean(diff <= lsb_scale * 1.0001)) if lsb_scale else None
+    c = contract.contract
+    if c == "exact":
+        ok = max_abs == 0.0
+        detail = "bit-exact" if ok else f"max abs error {max_abs:.3g} (bit-exact required)"
+    elif c == "lsb":
+        if lsb_scale is None:
+            # No quantized output to measure LSBs on: fall back to a relative tolerance.
+            rng_ = float(a64.max() - a64.min()) if a64.size else 0.0
+            ok = max_abs <= contract.rtol * rng_ + contract.atol
+            detail = f"max abs error {max_abs:.3g} vs allowed {contract.rtol * rng_ + contract.atol:.3g}"
+        else:
+            allowed = contract.lsb * lsb_scale * 1.0001
+            ok = max_abs <= allowed
+            detail = f"max abs error {max_abs:.3g} = {max_abs / lsb_scale:.2f} LSB (allowed {contract.lsb:g})"
+    elif c == "tolerance":
+        rng_ = float(a64.max() - a64.min()) if a64.size else 0.0
+        allowed = contract.rtol * rng_ + contract.atol
+        ok = max_abs <= allowed
+        detail = f"max abs error {max_abs:.3g} vs allowed {allowed:.3g}"
+    else:  # ranking
+        ok = _ranking_preserved(a64, b64)
+        detail = "argmax and ranking preserved" if ok else "argmax or ranking changed"
+    return OutputCheck("", ok, max_abs, cosine, snr, exact, one_lsb, detail)
+
+
+def _ranking_preserved(a: np.ndarray, b: np.ndarray) -> bool:
+    """argmax equal on every row, and wherever the original strictly decreases along its sorted
+    order, the new output does not increase (ties in a saturated softmax may order either way)."""
+    if a.ndim == 0:
+        return True
+    a2 = a.reshape(-1, a.shape[-1])
+    b2 = b.reshape(-1, b.shape[-1])
+    if not np.array_equal(np.argmax(a2, axis=-1), np.argmax(b2, axis=-1)):
+        return False
+    for ra, rb in zip(a2, b2):
+        order = np.argsort(-ra, kind="stable")
+        strict = np.diff(ra[order]) < 0
+        if np.any(np.diff(rb[order])[strict] > 0):
+            return False
+    return True
+
+
+def verify(
+    original: onnx.ModelProto,
+    fixed: onnx.ModelProto,
+    *,
+    contract: VerifyContract,
+    rules: Sequence[str] = (),
+    io_changes: Sequence[IoChange] = (),
+    inputs: Sequence[Mapping[str, np.ndarray]] | None = None,
+    seed: int = 0,
+    samples: int = 3,
+) -> Verification:
+    """Run both models on the same inputs; every output must satisfy ``contract``."""
+    src = "npz" if inputs is not None else "random"
+    feeds = list(inputs) if inputs is not None else make_inputs(original, seed=seed, samples=samples)
+    s_orig, s_fix = session(original), session(fixed)
+    in_changes = {c.name: c for c in io_changes if c.kind == "input"}
+    out_changes = {c.name: c for c in io_changes if c.kind == "output"}
+    names = [o.name for o in s_orig.get_outputs()]
+    fixed_names = {o.name for o in s_fix.get_outputs()}
+    missing = [n for n in names if n not in fixed_names]
+    if missing:
+        checks = [OutputCheck(n, False, float("inf"), 0.0, float("-inf"), 0.0, None, "output missing from the fixed model")
+                  for n in missing]
+        return Verification(False, contract, list(rules), checks, src, len(feeds))
+    lsb = _output_scales(original)
+    acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in names}
+    fixed_inputs = {i.name for i in s_fix.get_inputs()}
+    for feed in feeds:
+        ref = s_orig.run(names, dict(feed))
+        ffeed = {}
+        for k, v in feed.items():
+            if k not in fixed_inputs:
+                continue
+            ch = in_changes.get(k)
+            ffeed[k] = quantize_like_ort(v, _scalar(ch.scale), _scalar(ch.zero_point), ch.dtype) if ch else v
+        got = s_fix.run(names, ffeed)
+        for n, r, g in zip(names, ref, got):
+            ch = out_changes.get(n)
+            if ch is not None:
+                g = dequantize(g, _scalar(ch.scale), _scalar(ch.zero_point))
+            acc[n].append((np.asarray(r), np.asarray(g)))
+    checks = []
+    for n in names:
+        a = np.concatenate([r.reshape(-1) for r, _ in acc[n]]) if acc[n] else np.zeros(0)
+        b = np.concatenate([g.reshape(-1) for _, g in acc[n]]) if acc[n] else np.zeros(0)
+        if contract.contract == "ranking":
+            a = np.stack([r for r, _ in acc[n]])
+            b = np.stack([g for _, g in acc[n]])
+        chk = compare(a, b, contract, lsb_scale=lsb.get(n) or (_scalar(out_changes[n].scale) if n in out_changes else None))
+        checks.append(OutputCheck(n, chk.ok, chk.max_abs_error, chk.cosine, chk.snr_db, chk.bit_exact_fraction,
+                                  chk.within_one_lsb_fraction, chk.detail))
+    return Verification(all(c.ok for c in checks), contract, list(rules), checks, src, len(feeds))
+
+
+def _scalar(v) -> float:
+    a = np.asarray(v)
+    if a.size != 1:
+        raise ValueError("per-axis edge quantization is not supported by the gate")
+    return a.reshape(-1)[0].item()

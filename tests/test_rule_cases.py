@@ -1,0 +1,76 @@
+"""Data-first rule tests: every case in tests/rule_cases/NAF*.yaml is run through the engine with only
+its rule selected; firing cases are verified numerically with onnxruntime under the rule's contract."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import onnx.parser
+import pytest
+import yaml
+
+from fixer.api import analyze_model
+from fixer.engine import run_engine
+from fixer.npu.profile import load_profile
+from fixer.rules import load_rules
+from fixer.verify import verify
+from tests.builders import build
+
+CASE_DIR = Path(__file__).parent / "rule_cases"
+PROFILE = load_profile()
+RULES = {r.id: r for r in load_rules()}
+
+
+def _cases():
+    out = []
+    for f in sorted(CASE_DIR.glob("NAF*.yaml")):
+        data = yaml.safe_load(f.read_text())
+        for case in data["cases"]:
+            out.append(pytest.param(data["rule"], case, id=f"{data['rule']}-{case['name']}"))
+    return out
+
+
+def _model(case) -> onnx.ModelProto:
+    if "onnx_text" in case:
+        m = onnx.parser.parse_model(case["onnx_text"])
+        m.ir_version = min(m.ir_version or 8, 8)
+        return m
+    return build(case["builder"], case.get("params"))
+
+
+def test_every_rule_has_firing_and_non_firing_cases():
+    by_rule: dict[str, set[bool]] = {}
+    for p in _cases():
+        rule, case = p.values
+        by_rule.setdefault(rule, set()).add(bool(case["fires"]))
+    for rid in RULES:
+        assert by_rule.get(rid) == {True, False}, f"{rid} needs case file tests/rule_cases/{rid}.yaml with firing and non-firing cases"
+    assert set(by_rule) <= set(RULES), f"case files for unknown rules: {set(by_rule) - set(RULES)}"
+
+
+@pytest.mark.parametrize("rule_id,case", _cases())
+def test_rule_case(rule_id, case):
+    rule = RULES[rule_id]
+    model = _model(case)
+    before = analyze_model(model, profile=PROFILE)
+    res = run_engine(model, [rule], profile=PROFILE, options={"input_type": case.get("input_type", "int8")})
+    fired = [c for c in res.changes if c.rule == rule_id]
+    assert bool(fired) == bool(case["fires"]), f"changes={res.changes} near_misses={res.near_misses}"
+    if "detail" in case:
+        assert any(case["detail"] in c.detail for c in fired), [c.detail for c in fired]
+    if "near_miss" in case:
+        reasons = [n.reason for n in res.near_misses if n.rule == rule_id]
+        assert any(case["near_miss"] in r for r in reasons), reasons
+    if not fired:
+        return
+    onnx.checker.check_model(res.model)
+    v = verify(model, res.model, contract=rule.verify, rules=[rule_id], io_changes=res.io_changes,
+               samples=int(case.get("samples", 4)), seed=int(case.get("seed", 0)))
+    assert v.ok, v.as_dict()
+    after = analyze_model(res.model, profile=PROFILE)
+    assert after.estimate.sw_epochs <= before.estimate.sw_epochs, (before.estimate, after.estimate)
+    created = [n for n in res.model.graph.node if n.name in res.provenance]
+    assert created or res.io_changes or len(res.model.graph.node) < len(model.graph.node)
+    for n in created:
+        assert "__nafix_" in n.name and n.doc_string == f"nafix.rule={rule_id}"
