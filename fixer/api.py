@@ -239,6 +239,7 @@ class FixOptions:
     seed: int = 0
     samples: int = 3
     max_rounds: int = 8
+    compile: "CompileOptions | None" = None  # measure before/after with the real stedgeai
 
 
 @dataclass
@@ -254,6 +255,7 @@ class FixResult:
     written: bool
     rules_run: list[str]
     warnings: list[str] = field(default_factory=list)
+    compiled: "CompileComparison | None" = None
 
     @property
     def verified(self) -> bool:
@@ -287,7 +289,8 @@ def _written_by_nafix(path: Path) -> bool:
 
 
 def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
-        on_round: Callable[[int, int], None] | None = None) -> FixResult:
+        on_round: Callable[[int, int], None] | None = None,
+        on_compile_line: Callable[[str, str], None] | None = None) -> FixResult:
     """Rewrite NPU-unfriendly patterns, verify equivalence, and (unless a dry run) write the results."""
     import onnx
 
@@ -350,6 +353,8 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         after=after, engine=engine, verification=verification, written=written,
         rules_run=[r.id for r in rules], warnings=warnings,
     )
+    if opts.compile is not None:
+        result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
     if not opts.dry_run:
         from .model_io import atomic_write_text
         from .report import fix_dict, fix_header
@@ -362,3 +367,165 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
             result.report_path = report_path
             atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n")
     return result
+
+
+# ------------------------------------------------------------------------------------------------
+# Measuring with the real compiler (stedgeai / atonn)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How to run stedgeai: where it is, which Neural-ART profile, how long to wait, where to work."""
+
+    stedgeai: str | None = None  # --stedgeai PATH; else $STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai, else PATH
+    profile: str | None = None  # NAME@FILE.json (--st-neural-art)
+    timeout_s: float = 900.0
+    workdir: str | None = None  # keep workspaces here; default: a temporary folder, removed afterwards
+    extra_args: tuple[str, ...] = ()
+
+
+@dataclass
+class CompiledModel:
+    label: str  # "before" | "after" | the model name
+    model: Path
+    result: "CompileResult"
+    disagreements: list[dict] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        r = self.result
+        rep = r.report
+        out: dict = {"ok": r.ok, "returncode": r.returncode, "duration_s": round(r.duration_s, 2),
+                     "known_errors": [{"code": k.code, "cause": k.cause, "fix": k.fix, "evidence": k.evidence_line}
+                                      for k in r.known_errors],
+                     "problems": list(r.problems)}
+        if rep is not None:
+            out.update({"epochs": rep.epochs, "sw_epochs": rep.sw_epochs, "hybrid_epochs": rep.hybrid_epochs,
+                        "hw_ratio": round(rep.hw_ratio, 4), "sw_ops": list(rep.sw_ops),
+                        "memory": [{"pool": p.name, "used_bytes": p.used_bytes, "total_bytes": p.total_bytes,
+                                    "weights_bytes": p.weights_bytes, "activations_bytes": p.activations_bytes}
+                                   for p in rep.memory]})
+        out["estimate_vs_real"] = self.disagreements
+        return out
+
+
+@dataclass
+class CompileComparison:
+    tool: Path
+    version: str
+    before: CompiledModel
+    after: CompiledModel | None = None
+
+    @property
+    def improved(self) -> bool:
+        """True when the real HW-epoch ratio increased, or was already 100 %."""
+        b = self.before.result.report
+        a = self.after.result.report if self.after is not None else None
+        if b is not None and b.sw_epochs == 0 and not b.hybrid_epochs:
+            return True
+        if a is None:
+            return False
+        if b is None:
+            return a is not None
+        return a.hw_ratio > b.hw_ratio or (a.sw_epochs == 0 and not a.hybrid_epochs)
+
+    def as_dict(self) -> dict:
+        d = {"tool": str(self.tool), "version": self.version, "before": self.before.summary(),
+             "improved": self.improved}
+        if self.after is not None:
+            d["after"] = self.after.summary()
+        return d
+
+
+def _compile_before_after(result: FixResult, copts: CompileOptions,
+                          on_line: Callable[[str, str], None] | None) -> CompileComparison:
+    import tempfile
+
+    from .model_io import save_model
+
+    tool, version = locate_stedgeai(copts, required=True)
+
+    def lines(label):
+        return (lambda line: on_line(label, line)) if on_line else None
+
+    before = compile_model(result.input, "before", copts, tool, analysis=result.before, on_line=lines("before"))
+    after = None
+    ok_to_compile = result.engine.changes and (result.verified or result.written)
+    if ok_to_compile:
+        if result.written and result.output is not None:
+            after = compile_model(result.output, "after", copts, tool, analysis=result.after, on_line=lines("after"))
+        else:
+            with tempfile.TemporaryDirectory(prefix="nafix-fixed-") as tmp:
+                fixed = save_model(result.engine.model, Path(tmp) / (result.input.stem + ".nafix.onnx"))
+                after = compile_model(fixed, "after", copts, tool, analysis=result.after, on_line=lines("after"))
+    return CompileComparison(tool, version, before, after)
+
+
+def locate_stedgeai(opts: CompileOptions, *, required: bool):
+    """(path, version) of stedgeai, or (None, None) when absent and not ``required``."""
+    from .errors import ToolError
+    from .stedgeai import find_stedgeai, stedgeai_version
+
+    tool = find_stedgeai(opts.stedgeai)
+    if tool is None:
+        if required:
+            raise ToolError(
+                "stedgeai was not found: pass --stedgeai PATH, set STEDGEAI_CORE_DIR to the ST Edge AI Core "
+                "installation (its Utilities/<os>/stedgeai is used), or put stedgeai on PATH.")
+        return None, None
+    return tool, stedgeai_version(tool)
+
+
+def estimate_vs_real(analysis: ModelAnalysis | None, result) -> list[dict]:
+    """Where nafix's placement model disagreed with the compiler: per op type (SW epoch counts),
+    per node where the compiler kept the ONNX node names, and the total epoch count."""
+    from collections import Counter
+
+    if analysis is None or result.report is None:
+        return []
+    rep = result.report
+    rows: list[dict] = []
+    if analysis.estimate.epochs != rep.epochs:
+        rows.append({"what": "epochs", "predicted": analysis.estimate.epochs, "actual": rep.epochs})
+    by_name = analysis.placement.by_name
+    pred = Counter(by_name[g.nodes[0]].op_type for g in analysis.estimate.groups if g.unit == SW)
+    act = Counter(rep.sw_ops)
+    for op in sorted(set(pred) | set(act)):
+        if pred[op] != act[op]:
+            rows.append({"what": "sw_ops", "op": op, "predicted": pred[op], "actual": act[op]})
+    if result.c_info is not None:
+        for ep in result.c_info.counted_epochs:
+            actual = "SW" if ep.kind == "SW" else ("HYBRID" if ep.kind == "HYBRID" else "HW")
+            for name in ep.node_names:
+                p = by_name.get(name)
+                if p is None or p.unit == "folded":
+                    continue
+                if (p.unit == SW) != (actual == "SW"):
+                    rows.append({"what": "node", "node": name, "op": p.op_type, "predicted": p.unit,
+                                 "actual": actual, "reasons": [r.text() for r in p.reasons]})
+    return rows
+
+
+def compile_model(model: Path, label: str, opts: CompileOptions, tool: Path, *,
+                  analysis: ModelAnalysis | None = None,
+                  on_line: Callable[[str], None] | None = None) -> CompiledModel:
+    """Run stedgeai on ``model`` in its own workspace (never the model's folder)."""
+    import shutil
+    import tempfile
+
+    from .stedgeai import run_generate
+
+    if opts.workdir:
+        work = Path(opts.workdir) / label
+        work.mkdir(parents=True, exist_ok=True)
+        cleanup = False
+    else:
+        work = Path(tempfile.mkdtemp(prefix=f"nafix-{label}-"))
+        cleanup = True
+    try:
+        res = run_generate(tool=tool, model=model, workdir=work, profile=opts.profile,
+                           extra_args=opts.extra_args, timeout_s=opts.timeout_s, on_line=on_line)
+    finally:
+        if cleanup:
+            shutil.rmtree(work, ignore_errors=True)
+    return CompiledModel(label, model, res, estimate_vs_real(analysis, res))

@@ -79,6 +79,7 @@ def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profi
 TARGET_HELP = "Target profile: built-in name (stm32n6) or a YAML file with limits and the operator table."
 OPTION_HELP = "A stedgeai option that changes placement: --expand-softmax, --GELU-recognition, --SWISH-recognition."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
+STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai, else PATH)."
 
 
 @app.command("audit")
@@ -154,19 +155,27 @@ def fix_cmd(
     stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
     seed: int = typer.Option(0, "--seed", help="Seed of the random inputs used by the equivalence gate."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every remaining SW node."),
+    compile_: bool = typer.Option(False, "--compile", help="Also compile the original and the fixed model with stedgeai and compare real epochs."),
+    stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json for stedgeai (--st-neural-art) and the memory estimate."),
+    compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds to wait for each stedgeai run."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
-    from .api import FixOptions, fix
+    from .api import CompileOptions, FixOptions, fix
     from .report import fix_dict, fix_renderables
 
     try:
+        copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=compile_timeout,
+                               workdir=str(workdir) if workdir else None) if compile_ else None
         opts = FixOptions(
-            analysis=_analysis_options(target_profile, stedgeai_option, input_shape, None, None),
+            analysis=_analysis_options(target_profile, stedgeai_option, input_shape, None, profile),
             output=output, dry_run=dry_run, select=tuple(select or ()), ignore=tuple(ignore or ()),
             rules_dirs=tuple(str(r) for r in rules or ()), input_type=input_type,
             inputs_npz=str(inputs) if inputs else None, keep_failed=keep_failed, force=force, seed=seed,
+            compile=copts,
         )
-        result = fix(model, opts)
+        result = fix(model, opts, on_compile_line=_stream_line if fmt == OutFormat.table else None)
     except NafixError as exc:
         _fail(exc)
     if fmt == OutFormat.json:
@@ -174,12 +183,127 @@ def fix_cmd(
     else:
         for r in fix_renderables(result, verbose=verbose):
             out.print(r)
+    if result.compiled is None and fmt == OutFormat.table:
+        _mention_stedgeai(stedgeai)
     if not result.verified:
         err.print(f"[bold red]error:[/] verification failed for rule(s) {', '.join(result.verification.rules)}; "
                   "nothing written" + (" (kept with --keep-failed)" if result.written else ""), highlight=False)
         raise typer.Exit(1)
+    if result.compiled is not None and not result.compiled.improved:
+        err.print("[bold red]error:[/] the real HW-epoch ratio measured by stedgeai did not increase.", highlight=False)
+        raise typer.Exit(1)
     if fail_on == FailOn.sw and result.final.estimate.sw_epochs > 0:
         raise typer.Exit(1)
+
+
+
+def _stream_line(label: str, line: str) -> None:
+    err.print(f"[dim]stedgeai ({label}):[/] {line}", highlight=False, markup=True)
+
+
+def _mention_stedgeai(explicit: Optional[str]) -> None:
+    """A clear note, not a failure, about the real compiler when --compile was not asked for."""
+    from .stedgeai import find_stedgeai
+
+    try:
+        tool = find_stedgeai(explicit)
+    except NafixError as exc:
+        err.print(f"note: {exc.message}", highlight=False)
+        return
+    if tool is None:
+        err.print("note: stedgeai not found (--stedgeai, STEDGEAI_CORE_DIR or PATH): figures above are nafix "
+                  "estimates only.", style="dim", highlight=False)
+    else:
+        err.print(f"note: stedgeai found at {tool}; add --compile to measure real epochs before and after.",
+                  style="dim", highlight=False)
+
+
+@app.command("compile")
+def compile_cmd(
+    model: Path = typer.Argument(..., help="The ONNX model to compile."),
+    stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
+    profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds to wait for stedgeai."),
+    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
+    fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
+    input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
+):
+    """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
+    from .api import AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools
+    from .model_io import parse_input_shapes
+    from .report import compile_renderables
+
+    try:
+        copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=timeout,
+                               workdir=str(workdir) if workdir else None)
+        tool, version = locate_stedgeai(copts, required=True)
+        aopts = AnalysisOptions(input_shapes=parse_input_shapes(input_shape), neural_art_profile=profile)
+        analysis = analyze_path(model, aopts, pools=resolve_pools(aopts))
+        if not analysis.memory.fits_on_chip:
+            err.print(f"warning: estimated peak activations {analysis.memory.peak_activation_bytes / 1024:,.0f} KiB "
+                      f"exceed the on-chip pools ({analysis.memory.onchip_bytes / 1024:,.0f} KiB); expect external "
+                      "RAM use or 'left unallocated' errors.", style="yellow", highlight=False)
+        compiled = compile_model(model, model.stem, copts, tool, analysis=analysis,
+                                 on_line=(lambda line: _stream_line(model.stem, line)) if fmt == OutFormat.table else None)
+    except NafixError as exc:
+        _fail(exc)
+    if fmt == OutFormat.json:
+        sys.stdout.write(json.dumps({"stedgeai": {"tool": str(tool), "version": version, "model": str(model),
+                                                  **compiled.summary()},
+                                     "estimate": analysis.estimate.as_dict(), "estimated": True}, indent=2) + "\n")
+    else:
+        for r in compile_renderables(compiled, version, analysis):
+            out.print(r)
+    if not compiled.result.ok:
+        raise typer.Exit(1)
+
+
+@app.command("explain")
+def explain_cmd(
+    path: Path = typer.Argument(..., help="A stedgeai/atonn log or report file ('-' reads standard input)."),
+    fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
+):
+    """Explain the known compiler errors and warnings in a stedgeai log or report, with the fix."""
+    from .errors import InputError
+    from .stedgeai import explain, parse_report
+
+    try:
+        if str(path) == "-":
+            text = sys.stdin.read()
+        elif not path.is_file():
+            raise InputError(f"{path}: no such file.")
+        else:
+            text = path.read_text(encoding="utf-8", errors="replace")
+    except NafixError as exc:
+        _fail(exc)
+    found = explain(text)
+    try:
+        report = parse_report(text, source=str(path))
+    except NafixError:
+        report = None
+    if fmt == OutFormat.json:
+        data = {"known_errors": [{"code": k.code, "cause": k.cause, "fix": k.fix, "evidence": k.evidence_line,
+                                  "details": dict(k.details), "tag": k.tag} for k in found]}
+        if report is not None:
+            data["report"] = {"version": report.version, "epochs": report.epochs, "sw_epochs": report.sw_epochs,
+                              "hybrid_epochs": report.hybrid_epochs, "hw_ratio": round(report.hw_ratio, 4),
+                              "sw_ops": list(report.sw_ops)}
+        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        return
+    if report is not None:
+        out.print(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
+                  f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, HW ratio {report.hw_ratio:.1%} (measured)", highlight=False)
+        if report.sw_ops:
+            from collections import Counter
+
+            out.print("SW epochs: " + ", ".join(f"{op} x{n}" for op, n in Counter(report.sw_ops).most_common()),
+                      highlight=False)
+    if not found:
+        out.print("no known error or warning recognised.")
+    for k in found:
+        out.print(f"[bold]{k.code}[/]: {k.cause} [{k.tag}]", highlight=False)
+        out.print(f"  evidence: {k.evidence_line.strip()}", highlight=False, markup=False)
+        out.print(f"  fix: {k.fix}", highlight=False, markup=False)
 
 
 @app.command("rules")

@@ -165,7 +165,80 @@ def audit_renderables(result: AuditResult, *, profile: str, verbose: bool = Fals
                 for name, op, detail in items:
                     out.append(Text(f"      {detail}", style="dim"))
     out.append(Text(""))
+    if getattr(result, "compiled", None) is not None:
+        out.extend(comparison_renderables(result.compiled))
     out.append(Text(ESTIMATE_NOTE, style="dim"))
+    return out
+
+
+def comparison_renderables(comp):
+    """Measured before/after epochs from stedgeai, and where the estimate disagreed."""
+    from rich.table import Table
+    from rich.text import Text
+
+    out: list[Any] = []
+    t = Table(title=f"stedgeai {comp.version} (measured)", expand=False)
+    for col in ("", "epochs", "SW epochs", "hybrid", "HW ratio", "SW ops"):
+        t.add_column(col)
+    for cm in (comp.before, comp.after):
+        if cm is None:
+            continue
+        rep = cm.result.report
+        if rep is None:
+            t.add_row(cm.label, "-", "-", "-", "-", Text("compile failed" if not cm.result.ok else "no report", style="red"))
+        else:
+            t.add_row(cm.label, str(rep.epochs), str(rep.sw_epochs), str(rep.hybrid_epochs if rep.hybrid_epochs is not None else 'n/a'), f"{rep.hw_ratio:.1%}",
+                      ", ".join(rep.sw_ops) or "-")
+    out.append(t)
+    for cm in (comp.before, comp.after):
+        if cm is None:
+            continue
+        out.extend(_compiled_details(cm))
+    out.append(Text("real HW-epoch ratio " + ("increased (or was already 100 %)" if comp.improved else "did NOT increase"),
+                    style="green" if comp.improved else "bold red"))
+    return out
+
+
+def _compiled_details(cm):
+    from rich.text import Text
+
+    out = []
+    for k in cm.result.known_errors:
+        out.append(Text(f"  {cm.label}: {k.code}: {k.cause} -> fix: {k.fix}", style="yellow"))
+    for p in cm.result.problems:
+        out.append(Text(f"  {cm.label}: {p}", style="yellow"))
+    rep = cm.result.report
+    if rep is not None:
+        for pool in rep.memory:
+            out.append(Text(f"  {cm.label}: {pool.name} {kib(pool.used_bytes)} / {kib(pool.total_bytes)}", style="dim"))
+    if cm.disagreements:
+        out.append(Text(f"  {cm.label}: where nafix's estimate disagreed with stedgeai:", style="bold"))
+        for d in cm.disagreements:
+            if d["what"] == "node":
+                out.append(Text(f"    node '{d['node']}' ({d['op']}): predicted {d['predicted']}, actual {d['actual']}"))
+            elif d["what"] == "sw_ops":
+                out.append(Text(f"    {d['op']}: predicted {d['predicted']} SW epoch(s), actual {d['actual']}"))
+            else:
+                out.append(Text(f"    epochs: predicted {d['predicted']}, actual {d['actual']}"))
+    return out
+
+
+def compile_renderables(cm, version, analysis):
+    from rich.text import Text
+
+    out: list[Any] = []
+    rep = cm.result.report
+    if rep is not None:
+        out.append(Text(f"stedgeai {version} (measured): {rep.epochs} epochs, {rep.sw_epochs} SW, "
+                        f"{rep.hybrid_epochs if rep.hybrid_epochs is not None else 'n/a'} hybrid, HW ratio {rep.hw_ratio:.1%}", style="bold"))
+        if rep.sw_ops:
+            out.append(Text("  SW ops: " + ", ".join(rep.sw_ops)))
+    else:
+        out.append(Text(f"stedgeai {version}: " + ("compile failed" if not cm.result.ok else "no report found"),
+                        style="bold red"))
+    e = analysis.estimate
+    out.append(Text(f"nafix estimate: {e.epochs} epochs, {e.sw_epochs} SW, HW ratio {e.hw_ratio:.1%}", style="dim"))
+    out.extend(_compiled_details(cm))
     return out
 
 
@@ -270,6 +343,7 @@ def fix_dict(result) -> dict[str, Any]:
         "memory": {"before": before.memory.as_dict(), "after": after.memory.as_dict()},
         "rules_run": result.rules_run,
         "warnings": result.warnings,
+        **({"stedgeai": result.compiled.as_dict()} if getattr(result, "compiled", None) is not None else {}),
     }
 
 
