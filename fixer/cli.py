@@ -6,6 +6,7 @@ Exit codes: 0 = success (fixed and verified, or nothing to fix), 1 = findings re
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 import sys
@@ -15,6 +16,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from . import __version__
 from .errors import NafixError
@@ -27,7 +29,8 @@ app = typer.Typer(
 )
 
 out = Console(soft_wrap=False)
-err = Console(stderr=True)
+# soft_wrap: an error is one line on stderr whatever the terminal width (scripts grep for "error:")
+err = Console(stderr=True, soft_wrap=True)
 
 _state = {"debug": False}
 
@@ -43,8 +46,13 @@ class FailOn(str, Enum):
     never = "never"
 
 
+def _error(message: str) -> None:
+    """Print ``error: <message>`` as one line; the message is text, never Rich markup (paths may hold '[')."""
+    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
+
+
 def _fail(exc: NafixError) -> None:
-    err.print(f"[bold red]error:[/] {exc.message}", highlight=False, markup=True)
+    _error(exc.message)
     raise typer.Exit(exc.exit_code)
 
 
@@ -107,7 +115,7 @@ def audit_cmd(
         _fail(exc)
     profile_name = opts.analysis.target_profile or "stm32n6"
     if len(result.models) == 1 and result.errors:
-        err.print(f"[bold red]error:[/] {result.errors[0].error}", highlight=False)
+        _error(result.errors[0].error)
         raise typer.Exit(2)
     if fmt == Format.json:
         text = json.dumps(audit_dict(result, profile=profile_name), indent=2) + "\n"
@@ -116,7 +124,7 @@ def audit_cmd(
         _emit(audit_markdown(result, profile=profile_name), output)
     else:
         if output is not None:
-            rec = Console(record=True, width=160, file=open("/dev/null", "w"))  # noqa: SIM115
+            rec = Console(record=True, width=160, file=io.StringIO())
             for r in audit_renderables(result, profile=profile_name, verbose=verbose):
                 rec.print(r)
             _emit(rec.export_text(), output)
@@ -124,7 +132,7 @@ def audit_cmd(
             for r in audit_renderables(result, profile=profile_name, verbose=verbose):
                 out.print(r)
     for m in result.errors:
-        err.print(f"[bold red]error:[/] {m.error}", highlight=False)
+        _error(m.error)
     if result.errors:
         raise typer.Exit(2)
     if fail_on == FailOn.sw and result.any_sw:
@@ -352,7 +360,7 @@ def _emit(text: str, output: Optional[Path]) -> None:
     from .model_io import atomic_write_text
 
     atomic_write_text(output, text)
-    err.print(f"wrote {output}")
+    err.print(Text(f"wrote {output}"), highlight=False)
 
 
 def _run_with_progress(fn, show: bool):
@@ -381,7 +389,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     try:
         app(args=args, prog_name="nafix", standalone_mode=True)
     except NafixError as exc:  # pragma: no cover - commands catch their own
-        err.print(f"error: {exc.message}")
+        _error(exc.message)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:  # pragma: no cover
         err.print("interrupted")

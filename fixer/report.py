@@ -133,12 +133,12 @@ def audit_renderables(result: AuditResult, *, profile: str, verbose: bool = Fals
         summary.add_column(col, justify=just, overflow="fold")
     for m in result.models:
         if m.analysis is None:
-            summary.add_row(m.path.name, "-", "-", "-", Text(m.error or "error", style="red"), "-", "-")
+            summary.add_row(Text(m.path.name), "-", "-", "-", Text(m.error or "error", style="red"), "-", "-")
             continue
         a = m.analysis
         e = a.estimate
         summary.add_row(
-            m.path.name, str(e.epochs), str(e.sw_epochs), f"{e.hw_ratio:.1%}", _sw_summary(a),
+            Text(m.path.name), str(e.epochs), str(e.sw_epochs), f"{e.hw_ratio:.1%}", _sw_summary(a),
             kib(a.memory.peak_activation_bytes), "yes" if a.memory.fits_on_chip else Text("NO", style="bold red"),
         )
     out.append(summary)

@@ -313,7 +313,7 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
                 "graph_edge_quantize",
                 "The graph input should already be int8: a QuantizeLinear on a float graph input runs in SW "
                 "(give the model an int8 input and quantize in the application, or let stedgeai convert it).",
-                f"'{label}' quantizes the float graph input '{view.source_tensor(x).name}'",
+                f"'{label}' quantizes the float graph input '{_prologue_input(x, view).name}'",
                 "OBS",
             )
             return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="graph-input conversion")
@@ -351,6 +351,15 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
         )
         return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="conversion")
     return NodePlacement(node.name, node.op, FOLDED, role="dequantization (folded)")
+
+
+def _prologue_input(t: gs.Tensor, view: GraphView) -> gs.Tensor:
+    """The graph input at the start of a float prologue (data movement and Transpose) ending in ``t``."""
+    p = view.producer(t)
+    while p is not None and (p.op in MOVEMENT_OPS or p.op == "Transpose") and p.inputs:
+        t = p.inputs[0]
+        p = view.producer(t)
+    return t
 
 
 def _float_prologue(node: gs.Node, view: GraphView) -> bool:
