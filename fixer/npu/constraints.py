@@ -236,6 +236,41 @@ def awkward_output_channels(node, ctx):
     return OK
 
 
+def input_channels(node, ctx) -> int | None:
+    """Input channels of a group-1 Conv, or the reduction size K of a Gemm/MatMul (None when unknown)."""
+    w = node.inputs[1] if len(node.inputs) > 1 else None
+    shape = _shape(w) if w is not None else None
+    if not shape:
+        return None
+    if node.op == "Conv":
+        if int(node.attrs.get("group", 1)) != 1 or len(shape) < 2:
+            return None
+        d = shape[1]
+    elif node.op == "Gemm":
+        if len(shape) != 2:
+            return None
+        d = shape[1] if node.attrs.get("transB", 0) else shape[0]
+    elif node.op == "MatMul":
+        d = shape[0] if len(shape) == 1 else shape[-2]
+    else:
+        return None
+    return int(d) if isinstance(d, int) else None
+
+
+@constraint("awkward_input_channels", tag="INF", severity="note")
+def awkward_input_channels(node, ctx):
+    """Input channels (Conv) and the reduction size K (Gemm, MatMul) are best at most
+    {channel_chunk_max} or divisible into equal chunks of at most {channel_chunk_max}. A published
+    rewrite of the 257-channel denoiser also split 257 inputs into 86-wide chunks summed with Add, but
+    the SW epochs in that compiler log were all layers with 257 output channels (257-input layers
+    stayed on the NPU), so this is a performance note, not a SW fallback."""
+    c = input_channels(node, ctx)
+    limit = int(ctx.profile.limit("channel_chunk_max"))
+    if c is not None and not channel_split_ok(c, limit):
+        return Verdict(False, f"{_q(node)} has {c} input channels, which has no divisor giving chunks <= {limit}")
+    return OK
+
+
 @constraint("conv_kernel_native", tag="3P", severity="note")
 def conv_kernel_native(node, ctx):
     """Conv kernels run natively up to {conv_kernel_h_native} rows and {conv_kernel_w_native_stride1}
