@@ -233,7 +233,7 @@ class Editor:
             k += 1
 
     def const(self, values: np.ndarray, base: str | None = None) -> gs.Constant:
-        return gs.Constant(self.name(base), np.ascontiguousarray(values))
+        return gs.Constant(self.name(base), np.array(values, order="C"))
 
     def var(self, dtype=None, shape=None, base: str | None = None) -> gs.Variable:
         return gs.Variable(self.name(base), dtype=dtype, shape=shape)

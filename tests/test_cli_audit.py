@@ -89,7 +89,7 @@ def test_markdown_format(capsys):
     code, out, err = run(["audit", SOFTMAX, "--format", "markdown"], capsys)
     assert code == 0, err
     assert out.startswith("# nafix audit (profile stm32n6)")
-    assert "| `classifier_softmax.onnx` | 8 | 3 | 62.5% |" in out
+    assert "| `classifier_softmax.onnx` | 9 | 3 | 66.7% |" in out
     assert "## classifier_softmax.onnx" in out
     assert "| `softmax` | Softmax | Softmax runs in SW unless stedgeai is given --expand-softmax" in out
 
@@ -98,7 +98,7 @@ def test_table_format(capsys):
     code, out, err = run(["audit", SOFTMAX], capsys)
     assert code == 0, err
     assert "nafix audit - profile stm32n6" in out
-    assert "classifier_softmax.onnx: estimated 8 epochs, 3 SW" in out
+    assert "classifier_softmax.onnx: estimated 9 epochs, 3 SW" in out
     assert "Softmax runs in SW unless stedgeai is given --expand-softmax" in out
     assert "'softmax' is a Softmax" in out
     assert "estimated by nafix's placement" in out
@@ -113,7 +113,7 @@ def test_table_format_shows_bracketed_file_names_verbatim(tmp_path, capsys):
     assert code == 0, err
     text = dest.read_text()
     assert "│ model[red].onnx " in text  # the summary table row
-    assert "model[red].onnx: estimated 8 epochs" in text  # the per-model line
+    assert "model[red].onnx: estimated 9 epochs" in text  # the per-model line
 
 
 def test_expand_softmax_option(capsys):
@@ -137,7 +137,8 @@ def test_fail_on_sw_exits_0_without_sw(no_sw, capsys):
     code, out, err = run(["audit", no_sw, "--fail-on", "sw", "--format", "json"], capsys)
     assert code == 0, err
     (m,) = json.loads(out)["models"]
-    assert m["sw_nodes"] == [] and m["estimate"]["sw_epochs"] == 0 and m["estimate"]["epochs"] == 1
+    # the conv epoch + the input copy epoch
+    assert m["sw_nodes"] == [] and m["estimate"]["sw_epochs"] == 0 and m["estimate"]["epochs"] == 2
 
 
 def test_folder_with_one_corrupt_file_reports_the_others(tmp_path, capsys):
@@ -164,10 +165,10 @@ def test_folder_error_row_in_table_and_markdown(tmp_path, capsys):
     (tmp_path / "b.onnx").write_bytes(b"")
     code, out, err = run(["audit", tmp_path, "--format", "markdown"], capsys)
     assert code == 2
-    assert "| `a.onnx` | 8 | 3 |" in out
+    assert "| `a.onnx` | 9 | 3 |" in out
     assert "b.onnx` | error |" in out and "the file is empty" in out
     code, out, err = run(["audit", tmp_path], capsys)
-    assert code == 2 and "a.onnx: estimated 8 epochs, 3 SW" in out and "b.onnx" in out
+    assert code == 2 and "a.onnx: estimated 9 epochs, 3 SW" in out and "b.onnx" in out
     (line,) = err.splitlines()
     assert line.startswith("error: ") and line.endswith("b.onnx: the file is empty, not an ONNX model.")
 
@@ -389,7 +390,7 @@ def test_console_script_audit_json():
     r = console("audit", SOFTMAX, "--format", "json", "--fail-on", "sw")
     assert r.returncode == 1, r.stderr
     (m,) = json.loads(r.stdout)["models"]
-    assert m["estimate"]["epochs"] == 8 and m["estimate"]["sw_epochs"] == 3
+    assert m["estimate"]["epochs"] == 9 and m["estimate"]["sw_epochs"] == 3
     assert r.stderr == ""
 
 

@@ -8,11 +8,13 @@ from onnx import helper
 
 from fixer.npu.estimate import EpochEstimate
 from fixer.npu.mpool import default_stm32n6_pools
-from tests.helpers import QDQ, analyze, float_model, make_model
+from tests.helpers import QDQ, analyze, float_model, make_model, qdq_op
 
 
-def epochs(a) -> list[tuple[str, list[str]]]:
-    return [(g.unit, list(g.nodes)) for g in a.estimate.groups]
+def epochs(a, *, copies: bool = False) -> list[tuple[str, list[str]]]:
+    """Epoch groups; the graph-input copy epochs are left out unless ``copies`` (tested on their own)."""
+    return [(g.unit, list(g.nodes)) for g in a.estimate.groups
+            if copies or not g.nodes[0].startswith("input copy of")]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -28,7 +30,8 @@ def test_conv_relu_is_one_hw_epoch():
     b.output(y)
     a = analyze(b.model())
     assert epochs(a) == [("HW", ["conv", "relu"])]
-    assert (a.estimate.epochs, a.estimate.sw_epochs, a.estimate.hw_epochs) == (1, 0, 1)
+    # + the input copy epoch
+    assert (a.estimate.epochs, a.estimate.sw_epochs, a.estimate.hw_epochs) == (2, 0, 2)
 
 
 def test_conv_relu_through_qdq_is_one_hw_epoch():
@@ -126,9 +129,9 @@ def test_trailing_dequantize_is_one_sw_epoch_and_hw_ratio():
     dq = a.placement.by_name["out_dq"]
     assert dq.role == "graph-output conversion" and dq.reasons[0].constraint == "graph_edge_dequantize"
     e = a.estimate
-    assert (e.epochs, e.sw_epochs, e.hw_epochs) == (2, 1, 1)
-    assert e.hw_ratio == pytest.approx(0.5)
-    assert e.as_dict() == {"epochs": 2, "sw_epochs": 1, "hw_epochs": 1, "hw_ratio": 0.5}
+    assert (e.epochs, e.sw_epochs, e.hw_epochs) == (3, 1, 2)  # input copy + conv + trailing DQ
+    assert e.hw_ratio == pytest.approx(2 / 3)
+    assert e.as_dict() == {"epochs": 3, "sw_epochs": 1, "hw_epochs": 2, "hw_ratio": 0.6667}
 
 
 def test_hw_ratio_arithmetic():
@@ -267,3 +270,22 @@ def test_fits_on_chip_around_the_default_capacity(rows, fits):
         assert m.external_bytes == m.peak_activation_bytes - cap
         (f,) = on_chip
         assert f"{cap / 1024:.0f} KiB on-chip" in f.detail
+
+
+def test_input_copy_epoch_unless_the_input_is_read_by_a_transpose():
+    """c_info of the real pairs: an 'Identity_inserted' HW epoch copies the input (MobileNetV2,
+    MobileFaceNet) except where a Transpose reads it first (MediaPipe, YAMNet, npu_conv2d)."""
+    a = analyze(qdq_op("Relu", [[1, 4, 3, 3]], name="relu"))
+    assert epochs(a, copies=True)[0] == ("HW", ["input copy of 'x0'"])
+    b = analyze(qdq_op("Transpose", [[1, 4, 3, 3]], name="t", perm=[0, 2, 3, 1]))
+    assert not any(n[0].startswith("input copy") for _, n in epochs(b, copies=True))
+    assert epochs(b) == [("HW", ["t"])]
+
+
+def test_large_weights_take_one_more_epoch():
+    """INF from the YAMNet report: a layer with >= 256 KiB of int8 weights takes two HW epochs."""
+    assert analyze(qdq_op("Relu", [[1, 1, 1, 1]])).profile.limit("weights_extra_epoch_bytes") == 262144
+    for cin, expect in ((255, 1), (256, 2)):
+        a = analyze(qdq_op("Conv", [[1, cin, 1, 1]], name="conv", weights={"w": [1024, cin, 1, 1]}))
+        conv = [n for u, n in epochs(a) if u == "HW" and "conv" in n]
+        assert len(conv) == expect, (cin, epochs(a))

@@ -14,6 +14,9 @@ The rule (kept in step with the README's "How epochs are estimated"):
    costs ``extra_epochs`` HW epochs instead (two in a real MediaPipe report).
 4b. ``extra_epochs`` on a compute/fuse op adds that many HW epochs after it (PRelu is lowered as
    Relu/Clip/Mul then Mul/Add, two epochs).
+4c. Each graph input whose first reader is not a Transpose gets ``input_copy_epochs`` HW epochs (the
+   compiler's 'Identity_inserted' input copy); a Conv/Gemm/MatMul whose int8 weights reach
+   ``weights_extra_epoch_bytes`` takes one more HW epoch (INF, see the profile).
 5. Every SW node is one SW epoch, conversions included (a DequantizeLinear or QuantizeLinear that runs
    in SW is its own epoch), except the float prologue of a graph input: data movement on the float
    input and the QuantizeLinear that ends it are one SW epoch.
@@ -22,6 +25,9 @@ The rule (kept in step with the README's "How epochs are estimated"):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+import numpy as np
+import onnx_graphsurgeon as gs
 
 from ..graph import MOVEMENT_OPS, GraphView
 from .placement import FOLDED, HW, SW, Placement
@@ -79,6 +85,19 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                 n += 1
         return n
 
+    copies = int(profile.limits["input_copy_epochs"].value) if "input_copy_epochs" in profile.limits else 0
+    big = profile.limits.get("weights_extra_epoch_bytes")
+    if copies:
+        for t in view.graph.inputs:
+            if isinstance(t, gs.Constant) or not t.outputs:
+                continue
+            first = _first_readers(view, t)
+            float_sw = all(by_name[c.name].unit == SW and c.op not in ("QuantizeLinear", "DequantizeLinear")
+                           and by_name[c.name].kernel == "float" for c in first)
+            if first and all(c.op != "Transpose" for c in first) and not float_sw:
+                for _ in range(copies):
+                    groups.append(Epoch(len(groups) + 1, HW, [f"input copy of '{t.name}'"], ["Identity"]))
+
     for node in view.nodes:
         p = by_name[node.name]
         acts = [t for t in node.inputs if t.name and not view.is_const(t)]
@@ -126,6 +145,8 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                     tensor_epoch[o.name] = idx
                 continue
         idx = new(HW, node)
+        if big is not None and _weight_bytes(view, node) >= big.value:
+            extra += 1
         for _ in range(extra):
             idx = new(HW, node)
         for o in node.outputs:
@@ -133,6 +154,35 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
 
     sw = sum(1 for g in groups if g.unit == SW)
     return EpochEstimate(epochs=len(groups), sw_epochs=sw, groups=tuple(groups))
+
+
+def _first_readers(view: GraphView, t) -> list:
+    """The first nodes that read ``t``, looking through data movement and Q/DQ."""
+    out, stack, seen = [], [t], set()
+    while stack:
+        cur = stack.pop()
+        for c, _ in view.sinks(cur):
+            if c is None or c.name in seen:
+                continue
+            seen.add(c.name)
+            if c.op in ("QuantizeLinear", "DequantizeLinear"):
+                stack.extend(c.outputs)
+            else:
+                out.append(c)
+    return out
+
+
+def _weight_bytes(view: GraphView, node) -> int:
+    """Bytes of a Conv/Gemm/MatMul weight as the NPU stores it (int8: one byte per element)."""
+    if node.op not in ("Conv", "ConvTranspose", "Gemm", "MatMul", "QLinearConv", "QLinearMatMul"):
+        return 0
+    idx = 3 if node.op.startswith("QLinear") else 1
+    if len(node.inputs) <= idx:
+        return 0
+    w = node.inputs[idx]
+    if w.shape is None or not all(isinstance(d, int) for d in w.shape):
+        return 0
+    return int(np.prod(w.shape)) if w.shape else 1
 
 
 _ABSORBS_PADDING = frozenset({"Conv", "QLinearConv", "MaxPool", "AveragePool", "ConvTranspose"})

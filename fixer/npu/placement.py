@@ -219,7 +219,8 @@ def place(view: GraphView, profile: TargetProfile) -> Placement:
     grouped: dict[str, list[Reason]] = {}
     for np_ in nodes:
         for r in np_.reasons + np_.notes:
-            if r.severity in ("compile_error", "hang"):
+            # dynamic shapes are reported once per graph-input dimension by the analysis instead
+            if r.severity in ("compile_error", "hang") and r.constraint != "static_shape":
                 grouped.setdefault(r.constraint, []).append(r)
     for cid, rs in grouped.items():
         more = f" (and {len(rs) - 1} more node(s))" if len(rs) > 1 else ""
@@ -275,7 +276,8 @@ def _place_node(node: gs.Node, ctx: PlacementContext) -> NodePlacement:
         if v.ok:
             continue
         r = Reason(cid, c.requirement(ctx.values), v.detail, c.tag, c.severity)
-        (failing if c.severity in ("sw", "compile_error") else notes).append(r)
+        # compile errors and hazards are model-level findings: the node is placed as if they were fixed
+        (failing if c.severity == "sw" else notes).append(r)
     if failing:
         return NodePlacement(node.name, node.op, SW, tuple(failing), tuple(notes), kernel=_kernel(node, ctx, failing))
     return NodePlacement(node.name, node.op, HW, (), tuple(notes))
