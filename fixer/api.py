@@ -279,6 +279,24 @@ def default_outputs(model_path: Path, output: str | None) -> tuple[Path, Path, P
     return out, out.with_name(stem + ".json"), out.with_name(stem + ".h")
 
 
+def change_contracts(engine, rules_by_id) -> dict:
+    """The verify contract of each change: its rule's, with a rewriter's per-change override."""
+    from dataclasses import replace
+
+    out = {}
+    for i, c in enumerate(engine.changes):
+        base = rules_by_id[c.rule].verify
+        out[i] = replace(base, contract=c.contract) if c.contract else base
+    return out
+
+
+def boundary_checks(engine, contracts) -> list:
+    from .verify import BoundaryCheck
+
+    return [BoundaryCheck(t, c.rule, contracts[i], c.region_inputs)
+            for i, c in enumerate(engine.changes) for t in c.boundary]
+
+
 def _written_by_nafix(path: Path) -> bool:
     import onnx
 
@@ -323,10 +341,12 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     after = None
     warnings: list[str] = []
     if engine.changes:
-        contract = loosest([rules_by_id[r].verify for r in engine.rules_applied])
+        contracts = change_contracts(engine, rules_by_id)
+        contract = loosest(list(contracts.values()))
         feeds = load_inputs_npz(opts.inputs_npz, loaded.model) if opts.inputs_npz else None
         verification = verify(loaded.model, engine.model, contract=contract, rules=engine.rules_applied,
-                              io_changes=engine.io_changes, inputs=feeds, seed=opts.seed, samples=opts.samples)
+                              io_changes=engine.io_changes, inputs=feeds, seed=opts.seed, samples=opts.samples,
+                              boundaries=boundary_checks(engine, contracts))
         fixed_loaded = LoadedModel(path=out, model=engine.model, opset=loaded.opset,
                                    dynamic_dims=loaded.dynamic_dims)
         after = analyze_model(fixed_loaded, profile=profile, pools=pools)

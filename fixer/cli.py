@@ -290,7 +290,7 @@ def explain_cmd(
     except NafixError:
         report = None
     if fmt == OutFormat.json:
-        data = {"known_errors": [{"code": k.code, "cause": k.cause, "fix": k.fix, "evidence": k.evidence_line,
+        data = {"known_errors": [{"code": k.code, "cause": k.cause, "fix": _fix_text(k), "evidence": k.evidence_line,
                                   "details": dict(k.details), "tag": k.tag} for k in found]}
         if report is not None:
             data["report"] = {"version": report.version, "epochs": report.epochs, "sw_epochs": report.sw_epochs,
@@ -311,7 +311,19 @@ def explain_cmd(
     for k in found:
         out.print(f"[bold]{k.code}[/]: {k.cause} [{k.tag}]", highlight=False)
         out.print(f"  evidence: {k.evidence_line.strip()}", highlight=False, markup=False)
-        out.print(f"  fix: {k.fix}", highlight=False, markup=False)
+        out.print(f"  fix: {_fix_text(k)}", highlight=False, markup=False)
+
+
+def _fix_text(k) -> str:
+    """A known error's fix, naming the nafix rule and option that address it."""
+    extra = []
+    if k.details.get("rule"):
+        extra.append(f"nafix rule {k.details['rule']}")
+    if k.details.get("option"):
+        extra.append(f"nafix {k.details['option']}")
+    if k.details.get("alternative_rule"):
+        extra.append(f"or rule {k.details['alternative_rule']}")
+    return k.fix + (f" ({', '.join(extra)})" if extra else "")
 
 
 @app.command("rules")

@@ -36,6 +36,13 @@ class Change:
     op_type: str
     detail: str
     new_nodes: tuple[str, ...] = ()
+    # int8 tensors right after the rewritten node (its QuantizeLinear outputs) that keep their names:
+    # the gate checks the rule's contract there, where the rewrite's own error is visible
+    boundary: tuple[str, ...] = ()
+    contract: str | None = None  # a rewriter's per-change override of the rule's contract
+    # the tensors the rewritten region reads (int8 tensors behind a DequantizeLinear where there is
+    # one): the gate feeds them from the original model to check the rewrite on its own
+    region_inputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,6 +144,14 @@ def run_engine(
                 if not all(v.ok for v in verdicts):
                     _near(result, seen_near, rule, node, verdicts[-1].detail)
                     continue
+                boundary = tuple(c.outputs[0].name for t in node.outputs for c in t.outputs
+                                 if c.op == "QuantizeLinear" and c.outputs)
+                region_in = []
+                for t in node.inputs:
+                    if not t.name or view.is_const_like(t):
+                        continue
+                    p = view.producer(t)
+                    region_in.append(p.inputs[0].name if p is not None and p.op == "DequantizeLinear" else t.name)
                 ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=result.provenance)
                 try:
                     res: RewriteResult = rw.func(match, ed)
@@ -145,7 +160,8 @@ def run_engine(
                     continue
                 claimed |= _neighbourhood(node) | {n.name for n in ed.created}
                 result.changes.append(Change(rule.id, node.name, node.op, res.detail,
-                                             tuple(n.name for n in ed.created)))
+                                             tuple(n.name for n in ed.created), boundary, res.contract,
+                                             tuple(region_in)))
                 result.io_changes.extend(res.io_changes)
                 changed += 1
         result.rounds = rnd

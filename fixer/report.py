@@ -165,8 +165,6 @@ def audit_renderables(result: AuditResult, *, profile: str, verbose: bool = Fals
                 for name, op, detail in items:
                     out.append(Text(f"      {detail}", style="dim"))
     out.append(Text(""))
-    if getattr(result, "compiled", None) is not None:
-        out.extend(comparison_renderables(result.compiled))
     out.append(Text(ESTIMATE_NOTE, style="dim"))
     return out
 
@@ -405,8 +403,12 @@ def fix_renderables(result, *, verbose: bool = False):
     v = result.verification
     if v is not None:
         style = "green" if v.ok else "bold red"
-        out.append(Text(f"verification: {'PASSED' if v.ok else 'FAILED'} ({v.contract.describe()}, "
+        contract_text = v.as_dict()["contract_text"]
+        out.append(Text(f"verification: {'PASSED' if v.ok else 'FAILED'} ({contract_text}; "
                         f"{v.samples} {v.inputs} input set(s), rules {', '.join(v.rules)})", style=style))
+        for o in v.boundaries:
+            out.append(Text(f"  at {o.name}: {o.detail}, {o.bit_exact_fraction:.1%} bit-exact",
+                            style=None if o.ok else "red"))
         for o in v.outputs:
             extra = f", {o.bit_exact_fraction:.1%} bit-exact" if o.bit_exact_fraction < 1 else ""
             out.append(Text(f"  {o.name}: max abs error {o.max_abs_error:.3g}, cosine {o.cosine:.6f}{extra}: {o.detail}",
@@ -436,5 +438,7 @@ def fix_renderables(result, *, verbose: bool = False):
         out.append(Text("wrote " + ", ".join(files), style="green"))
     elif result.engine.changes and v is not None and not v.ok:
         out.append(Text("nothing written: verification failed (use --keep-failed to write anyway)", style="bold red"))
+    if getattr(result, "compiled", None) is not None:
+        out.extend(comparison_renderables(result.compiled))
     out.append(Text(ESTIMATE_NOTE, style="dim"))
     return out

@@ -47,6 +47,21 @@ class OutputCheck:
         }
 
 
+#: Graph outputs behind a rewrite allowed to differ by a few LSB (bilinear Resize ties): the local
+#: difference propagates through later layers, so the outputs are held to this cosine instead.
+PROPAGATED_MIN_COSINE = 0.999
+
+
+@dataclass(frozen=True)
+class BoundaryCheck:
+    """A tensor right after a rewritten node (kept by name in both models), judged by that rule's contract."""
+
+    tensor: str
+    rule: str
+    contract: VerifyContract
+    inputs: tuple[str, ...] = ()  # what the rewritten region reads; fed from the original model
+
+
 @dataclass
 class Verification:
     ok: bool
@@ -55,12 +70,19 @@ class Verification:
     outputs: list[OutputCheck] = field(default_factory=list)
     inputs: str = "random"
     samples: int = 0
+    boundaries: list[OutputCheck] = field(default_factory=list)
+    propagated: bool = False
 
     def as_dict(self) -> dict:
+        text = self.contract.describe()
+        if self.propagated:
+            text = (f"{text} at each rewritten node; graph outputs, where those differences propagate "
+                    f"through later layers: cosine >= {PROPAGATED_MIN_COSINE}")
         return {
-            "ok": self.ok, "contract": self.contract.contract, "contract_text": self.contract.describe(),
+            "ok": self.ok, "contract": self.contract.contract, "contract_text": text,
             "rules": self.rules, "inputs": self.inputs, "samples": self.samples,
             "outputs": [o.as_dict() for o in self.outputs],
+            "rewritten_nodes": [o.as_dict() for o in self.boundaries],
         }
 
 
@@ -246,14 +268,22 @@ def verify(
     inputs: Sequence[Mapping[str, np.ndarray]] | None = None,
     seed: int = 0,
     samples: int = 3,
+    boundaries: Sequence[BoundaryCheck] = (),
 ) -> Verification:
-    """Run both models on the same inputs; every output must satisfy ``contract``."""
+    """Run both models on the same inputs; every output must satisfy ``contract``, and every
+    boundary tensor its rule's contract. When a contract allows LSB differences at a rewritten node
+    (``lsb`` > 0), graph outputs downstream are held to a cosine similarity instead (the local
+    difference grows through later layers; both figures are reported)."""
     src = "npz" if inputs is not None else "random"
     feeds = list(inputs) if inputs is not None else make_inputs(original, seed=seed, samples=samples)
-    s_orig, s_fix = session(original), session(fixed)
+    orig_names = {o.name for o in original.graph.output}
+    both = _tensor_names(original) & _tensor_names(fixed)
+    boundaries = [b for b in boundaries if b.tensor in both and b.tensor not in orig_names]
+    extra = sorted({b.tensor for b in boundaries})
+    s_orig, s_fix = session(_with_outputs(original, extra)), session(_with_outputs(fixed, extra))
     in_changes = {c.name: c for c in io_changes if c.kind == "input"}
     out_changes = {c.name: c for c in io_changes if c.kind == "output"}
-    names = [o.name for o in s_orig.get_outputs()]
+    names = [o.name for o in s_orig.get_outputs() if o.name not in extra]
     fixed_names = {o.name for o in s_fix.get_outputs()}
     missing = [n for n in names if n not in fixed_names]
     if missing:
@@ -261,33 +291,111 @@ def verify(
                   for n in missing]
         return Verification(False, contract, list(rules), checks, src, len(feeds))
     lsb = _output_scales(original)
-    acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in names}
+    acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in names + extra}
     fixed_inputs = {i.name for i in s_fix.get_inputs()}
     for feed in feeds:
-        ref = s_orig.run(names, dict(feed))
+        ref = s_orig.run(names + extra, dict(feed))
         ffeed = {}
         for k, v in feed.items():
             if k not in fixed_inputs:
                 continue
             ch = in_changes.get(k)
             ffeed[k] = quantize_like_ort(v, _scalar(ch.scale), _scalar(ch.zero_point), ch.dtype) if ch else v
-        got = s_fix.run(names, ffeed)
-        for n, r, g in zip(names, ref, got):
+        got = s_fix.run(names + extra, ffeed)
+        for n, r, g in zip(names + extra, ref, got):
             ch = out_changes.get(n)
             if ch is not None:
                 g = dequantize(g, _scalar(ch.scale), _scalar(ch.zero_point))
             acc[n].append((np.asarray(r), np.asarray(g)))
-    checks = []
-    for n in names:
+    def flat(n):
         a = np.concatenate([r.reshape(-1) for r, _ in acc[n]]) if acc[n] else np.zeros(0)
         b = np.concatenate([g.reshape(-1) for _, g in acc[n]]) if acc[n] else np.zeros(0)
+        return a, b
+
+    bchecks = []
+    isolated = _isolated_boundaries(original, fixed, boundaries, feeds, in_changes)
+    for bc in boundaries:
+        a, b = isolated.get(bc.tensor) or flat(bc.tensor)
+        integer = a.dtype.kind in "iu"
+        chk = compare(a, b, bc.contract, lsb_scale=1.0 if integer else None)
+        bchecks.append(OutputCheck(f"{bc.tensor} ({bc.rule})", chk.ok, chk.max_abs_error, chk.cosine, chk.snr_db,
+                                   chk.bit_exact_fraction, chk.within_one_lsb_fraction, chk.detail))
+    propagated = any(b.contract.contract == "lsb" and b.contract.lsb > 0 for b in boundaries)
+    checks = []
+    for n in names:
+        a, b = flat(n)
         if contract.contract == "ranking":
             a = np.stack([r for r, _ in acc[n]])
             b = np.stack([g for _, g in acc[n]])
         chk = compare(a, b, contract, lsb_scale=lsb.get(n) or (_scalar(out_changes[n].scale) if n in out_changes else None))
-        checks.append(OutputCheck(n, chk.ok, chk.max_abs_error, chk.cosine, chk.snr_db, chk.bit_exact_fraction,
-                                  chk.within_one_lsb_fraction, chk.detail))
-    return Verification(all(c.ok for c in checks), contract, list(rules), checks, src, len(feeds))
+        ok, detail = chk.ok, chk.detail
+        if propagated and not ok and contract.contract == "lsb":
+            ok = chk.cosine >= PROPAGATED_MIN_COSINE
+            detail = (f"{detail}; differences from the rewritten nodes propagate here, cosine {chk.cosine:.6f} "
+                      f"{'>=' if ok else '<'} {PROPAGATED_MIN_COSINE}")
+        checks.append(OutputCheck(n, ok, chk.max_abs_error, chk.cosine, chk.snr_db, chk.bit_exact_fraction,
+                                  chk.within_one_lsb_fraction, detail))
+    ok = all(c.ok for c in checks) and all(c.ok for c in bchecks)
+    return Verification(ok, contract, list(rules), checks, src, len(feeds), bchecks, propagated)
+
+
+def _isolated_boundaries(original, fixed, boundaries, feeds, in_changes) -> dict:
+    """For each boundary tensor, the fixed model's region evaluated on the ORIGINAL model's values of
+    the tensors it reads, so a rewrite is judged on its own (not on differences from upstream)
+    rewrites). Returns {tensor: (original values, fixed values)}; regions that cannot be cut out are
+    left to the whole-model comparison."""
+    from onnx.utils import Extractor
+
+    out: dict = {}
+    wanted = [b for b in boundaries if b.inputs]
+    if not wanted:
+        return out
+    orig_names = _tensor_names(original) | {i.name for i in original.graph.input}
+    fixed_names = _tensor_names(fixed) | {i.name for i in fixed.graph.input}
+    capture = sorted({t for b in wanted for t in b.inputs if t in orig_names} | {b.tensor for b in wanted})
+    s_orig = session(_with_outputs(original, capture))
+    captured: list[dict[str, np.ndarray]] = []
+    for feed in feeds:
+        vals = s_orig.run(capture, dict(feed))
+        captured.append({**{k: v for k, v in feed.items()}, **dict(zip(capture, vals))})
+    try:
+        extractor = Extractor(prepare_for_runtime(fixed))
+    except Exception:  # noqa: BLE001 - fall back to the whole-model comparison
+        return out
+    for b in wanted:
+        ins = [t for t in b.inputs if t in orig_names and t in fixed_names]
+        if not ins:
+            continue
+        try:
+            sub = extractor.extract_model(ins, [b.tensor])
+            sess = session(sub)
+        except Exception:  # noqa: BLE001
+            continue
+        need = [i.name for i in sess.get_inputs()]
+        if any(n not in captured[0] for n in need):
+            continue
+        ref, got = [], []
+        for vals in captured:
+            ref.append(np.asarray(vals[b.tensor]).reshape(-1))
+            got.append(np.asarray(sess.run([b.tensor], {n: vals[n] for n in need})[0]).reshape(-1))
+        out[b.tensor] = (np.concatenate(ref), np.concatenate(got))
+    return out
+
+
+def _tensor_names(model: onnx.ModelProto) -> set[str]:
+    return {o for n in model.graph.node for o in n.output if o}
+
+
+def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    if not names:
+        return model
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    have = {o.name for o in m.graph.output}
+    for n in names:
+        if n not in have:
+            m.graph.output.append(onnx.helper.ValueInfoProto(name=n))
+    return m
 
 
 def _scalar(v) -> float:

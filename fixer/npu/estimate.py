@@ -91,7 +91,7 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         for t in view.graph.inputs:
             if isinstance(t, gs.Constant) or not t.outputs:
                 continue
-            first = _first_readers(view, t)
+            first = [c for c in _first_readers(view, t) if by_name[c.name].unit != FOLDED]
             float_sw = all(by_name[c.name].unit == SW and c.op not in ("QuantizeLinear", "DequantizeLinear")
                            and by_name[c.name].kernel == "float" for c in first)
             if first and all(c.op != "Transpose" for c in first) and not float_sw:
