@@ -48,8 +48,11 @@ class OutputCheck:
 
 
 #: Graph outputs behind a rewrite allowed to differ by a few LSB (bilinear Resize ties): the local
-#: difference propagates through later layers, so the outputs are held to this cosine instead.
+#: difference propagates through later layers, so such an output passes with this cosine, or with
+#: this fraction of its elements within one LSB (sparse outputs such as heatmaps, where a few
+#: flipped ties weigh heavily in the cosine). The rewrite itself is held to its contract locally.
 PROPAGATED_MIN_COSINE = 0.999
+PROPAGATED_MIN_WITHIN_ONE_LSB = 0.99
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,8 @@ class Verification:
         text = self.contract.describe()
         if self.propagated:
             text = (f"{text} at each rewritten node; graph outputs, where those differences propagate "
-                    f"through later layers: cosine >= {PROPAGATED_MIN_COSINE}")
+                    f"through later layers: cosine >= {PROPAGATED_MIN_COSINE} or >= "
+                    f"{PROPAGATED_MIN_WITHIN_ONE_LSB:.0%} of values within 1 LSB")
         return {
             "ok": self.ok, "contract": self.contract.contract, "contract_text": text,
             "rules": self.rules, "inputs": self.inputs, "samples": self.samples,
@@ -330,9 +334,11 @@ def verify(
         chk = compare(a, b, contract, lsb_scale=lsb.get(n) or (_scalar(out_changes[n].scale) if n in out_changes else None))
         ok, detail = chk.ok, chk.detail
         if propagated and not ok and contract.contract == "lsb":
-            ok = chk.cosine >= PROPAGATED_MIN_COSINE
-            detail = (f"{detail}; differences from the rewritten nodes propagate here, cosine {chk.cosine:.6f} "
-                      f"{'>=' if ok else '<'} {PROPAGATED_MIN_COSINE}")
+            near = chk.within_one_lsb_fraction or 0.0
+            ok = chk.cosine >= PROPAGATED_MIN_COSINE or near >= PROPAGATED_MIN_WITHIN_ONE_LSB
+            detail = (f"{detail}; differences from the rewritten nodes propagate here: cosine {chk.cosine:.6f}, "
+                      f"{near:.1%} within 1 LSB ({'accepted' if ok else 'rejected'}: needs cosine >= "
+                      f"{PROPAGATED_MIN_COSINE} or >= {PROPAGATED_MIN_WITHIN_ONE_LSB:.0%} within 1 LSB)")
         checks.append(OutputCheck(n, ok, chk.max_abs_error, chk.cosine, chk.snr_db, chk.bit_exact_fraction,
                                   chk.within_one_lsb_fraction, detail))
     ok = all(c.ok for c in checks) and all(c.ok for c in bchecks)
