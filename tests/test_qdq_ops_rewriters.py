@@ -319,6 +319,128 @@ def test_docstrings():
 
 
 # ------------------------------------------------------------------------------------------------
+# branches the placement does not trigger today: applied directly to a named anchor
+# ------------------------------------------------------------------------------------------------
+
+
+def apply_direct(model: onnx.ModelProto, rewriter: str, anchor: str, params: dict | None = None,
+                 options: dict | None = None) -> Applied:
+    """Apply one rewriter to the node named ``anchor`` (no trigger), clean up, export, re-infer."""
+    load_all()
+    rw = REWRITERS[rewriter]
+    profile = load_profile()
+    model = onnx.shape_inference.infer_shapes(model)
+    view = GraphView(model)
+    placement = place(view, profile)
+    node = view.by_name[anchor]
+    m = Match("direct", node, view, placement, profile, {**rw.params, **(params or {})}, options or {})
+    res = rw.func(m, Editor(view.graph, rule_id="direct", anchor=node, provenance={}))
+    view.graph.cleanup().toposort()
+    out = gs.export_onnx(view.graph)
+    out.ir_version = model.ir_version
+    del out.opset_import[:]
+    out.opset_import.extend(model.opset_import)
+    del out.graph.value_info[:]
+    out = onnx.shape_inference.infer_shapes(out)
+    onnx.checker.check_model(out)
+    return Applied(out, [res.detail], [], list(res.io_changes), [res.contract])
+
+
+@pytest.mark.parametrize("via", ["transpose", "reshape_transpose"])
+def test_naf004_output_through_transpose(via):
+    """DQ -> Transpose -> graph output: the placement calls that DequantizeLinear a float-island
+    conversion (it does not look through Transpose), but the rewriter handles it exactly."""
+    model = build("qdq.output_dq", {"via": via})
+    dq = next(n.name for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] == "conv_b_QuantizeLinear_Output")
+    applied = apply_direct(model, "int8_graph_output", dq)
+    assert "Transpose 'transpose_out'" in applied.details[0]
+    assert [o.type.tensor_type.elem_type for o in applied.model.graph.output] == [onnx.TensorProto.INT8]
+    nums = compare(model, applied, {"contract": "exact"})
+    assert nums.bit_exact and nums.max_abs == 0.0
+
+
+def test_naf007_fold_into_conv_and_gemm():
+    """Conv -> BN and Gemm -> BN (float, the Conv/Gemm feeds only the BN) fold into the weights."""
+    for after, anchor in (("conv", "bn"),):
+        model = build("ops.batchnorm", {"after": after})
+        applied = apply_direct(model, "fold_batchnorm", anchor)
+        assert "folded BatchNormalization 'bn' into Conv 'conv_a'" in applied.details[0]
+        assert not any(n.op_type == "BatchNormalization" for n in applied.model.graph.node)
+        nums = compare(model, applied, {"contract": "tolerance", "rtol": 1e-5, "atol": 1e-6})
+        assert nums.ok, nums
+    text = """
+    <ir_version: 8, opset_import: ["" : 17]>
+    g (float[2,6] x) => (float[2,3] y) {
+        w = Constant <value = float[3,6] {0.1,-0.2,0.3,0.4,-0.5,0.6, 0.7,0.8,-0.9,1.0,1.1,-1.2, -0.3,0.2,0.1,0.05,0.4,-0.6}> ()
+        c = Constant <value = float[3] {0.5, -1.0, 0.25}> ()
+        h = Gemm <transB = 1, alpha = 0.5, beta = 2.0> (x, w, c)
+        s = Constant <value = float[3] {1.5, 0.5, 2.0}> ()
+        b = Constant <value = float[3] {0.1, 0.2, -0.3}> ()
+        m = Constant <value = float[3] {0.3, -0.1, 0.2}> ()
+        v = Constant <value = float[3] {1.2, 0.8, 0.5}> ()
+        y = BatchNormalization (h, s, b, m, v)
+    }
+    """
+    model = onnx.shape_inference.infer_shapes(onnx.parser.parse_model(text))
+    bn = GraphView(model).nodes[-1].name
+    applied = apply_direct(model, "fold_batchnorm", bn)
+    assert "into Gemm" in applied.details[0]
+    nums = compare(model, applied, {"contract": "tolerance", "rtol": 1e-5, "atol": 1e-6})
+    assert nums.ok, nums
+
+
+def test_naf007_mul_add_form_and_qdq_refusal():
+    model = build("ops.batchnorm", {"after": "relu"})
+    applied = apply_direct(model, "fold_batchnorm", "bn", params={"form": "mul_add"})
+    assert "as Mul + Add" in applied.details[0]
+    assert compare(model, applied, {"contract": "tolerance", "rtol": 1e-5, "atol": 1e-6}).ok
+    with pytest.raises(NearMiss, match="calibrated"):
+        apply_direct(build("ops.batchnorm", {"after": "add", "qdq": True}), "fold_batchnorm", "bn", params={"form": "mul_add"})
+
+
+@pytest.mark.parametrize("qdq", [False, True])
+def test_naf008_slice_subsampling(qdq):
+    model = build("ops.depthwise", {"then": "pw_k3", "qdq": qdq})
+    applied = apply_direct(model, "depthwise_stride2", "dw", params={"subsample": "slice"})
+    assert "a Slice with steps [2, 2]" in applied.details[0]
+    assert compare(model, applied, {"contract": "exact"}).bit_exact
+
+
+def test_naf006_qdq_is_exact_with_ort_fusions_too():
+    """With onnxruntime's QDQ fusions on (QLinearMul/QLinearAdd), the rewrite is still bit-exact."""
+    model = build("ops.sub_const", {"qdq": True, "quant_sub": True})
+    applied = apply_rule(model, "NAF006")
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        nums = compare(model, applied, {"contract": "exact"}, level=level)
+        assert nums.bit_exact, (level, nums)
+
+
+def test_naf010_weights_match_textbook_depth_to_space():
+    """The one-hot weights reproduce the rank-6 Reshape/Transpose/Reshape definition of both modes."""
+    from fixer.rewriters.ops import d2s_weights
+
+    rng = np.random.default_rng(0)
+    for mode in ("DCR", "CRD"):
+        for b, c in ((2, 3), (3, 2), (4, 1)):
+            x = rng.standard_normal((1, c * b * b, 3, 5)).astype(np.float32)
+            n, ch, h, w = x.shape
+            if mode == "DCR":
+                ref = x.reshape(n, b, b, c, h, w).transpose(0, 3, 4, 1, 5, 2).reshape(n, c, h * b, w * b)
+            else:
+                ref = x.reshape(n, c, b, b, h, w).transpose(0, 1, 4, 2, 5, 3).reshape(n, c, h * b, w * b)
+            for grouped in (False, True):
+                wts, group = d2s_weights(c, b, mode, grouped)
+                cin_g = ch // group
+                out = np.zeros_like(ref)
+                for g in range(group):
+                    for ci in range(cin_g):
+                        k = g * cin_g + ci
+                        for co in range(wts.shape[1]):
+                            out[:, g * wts.shape[1] + co] += np.kron(x[:, k], np.ones((1, 1))).repeat(b, 1).repeat(b, 2) * np.tile(wts[k, co], (h, w))
+                np.testing.assert_array_equal(out, ref)
+
+
+# ------------------------------------------------------------------------------------------------
 # report (python -m tests.test_qdq_ops_rewriters)
 # ------------------------------------------------------------------------------------------------
 

@@ -20,7 +20,7 @@ SEED = 4006
 
 
 def sub_const(qdq: bool = False, order: str = "const_first", const: str = "channel", quant_sub: bool = False,
-              seed: int = SEED) -> onnx.ModelProto:
+              activation: str = "int8", seed: int = SEED) -> onnx.ModelProto:
     """x [1,4,8,8] -> Conv 4->8 + Relu -> ``Sub`` -> Conv 8->4 -> y.
 
     ``order``: "const_first" (Sub(c, h), the SW pattern), "act_first" (Sub(h, c)), "two_acts"
@@ -28,6 +28,7 @@ def sub_const(qdq: bool = False, order: str = "const_first", const: str = "chann
     YOLOv8's anchor grid). ``quant_sub``: onnxruntime quantizes the Sub too (its default op list
     leaves Sub in float between a DequantizeLinear and the next QuantizeLinear, as in real YOLOv8
     exports; with it the constant becomes an int8 initializer behind a DequantizeLinear).
+    ``activation``: "uint8" quantizes activations to uint8 (onnxruntime's old default).
     """
     g = Net(seed)
     h = g.conv("x", 4, 8, name="conv_a")
@@ -44,7 +45,7 @@ def sub_const(qdq: bool = False, order: str = "const_first", const: str = "chann
         raise ValueError(order)
     g.conv(s, 8, 4, name="conv_b", out="y")
     m = g.model({"x": [1, 4, 8, 8]}, {"y": [1, 4, 8, 8]})
-    return maybe_quantize(m, qdq, seed=seed, op_types=["Sub"] if quant_sub else None)
+    return maybe_quantize(m, qdq, seed=seed, op_types=["Sub"] if quant_sub else None, activation=activation)
 
 
 def sub_const_output(qdq: bool = True, seed: int = SEED) -> onnx.ModelProto:
