@@ -17,7 +17,6 @@ from typing import Any, Callable, Mapping, Sequence
 
 import onnx
 import onnx_graphsurgeon as gs
-from onnx import shape_inference
 
 from .graph import Editor, GraphView, node_label
 from .npu.placement import place
@@ -98,13 +97,10 @@ def export_like(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def reinfer(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Refresh value_info after a rewrite (keeping declared graph outputs)."""
-    del model.graph.value_info[:]
-    try:
-        return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as exc:  # noqa: BLE001
-        log.debug("shape inference after rewrite failed: %s", exc)
-        return model
+    """Refresh value_info after a rewrite (shape inference, plus an onnxruntime run where it gives up)."""
+    from .model_io import refresh_shapes
+
+    return refresh_shapes(model)
 
 
 def run_engine(

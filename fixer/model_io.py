@@ -293,6 +293,17 @@ def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str]) -> on
         return model
 
 
+def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Recompute value_info after a rewrite: ONNX shape inference, then (where it gives up on contrib
+    ops or shape arithmetic) one onnxruntime run, as at load time."""
+    warnings: list[str] = []
+    model = _infer_shapes(model, Path("<rewritten>"), warnings)
+    _fill_shapes_by_running(model, warnings)
+    for w in warnings:
+        log.debug("after rewrite: %s", w)
+    return model
+
+
 def _unknown_shape_tensors(model: onnx.ModelProto) -> list[str]:
     known = {}
     for vi in list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input):
