@@ -149,12 +149,13 @@ def run_engine(
                     p = view.producer(t)
                     region_in.append(p.inputs[0].name if p is not None and p.op == "DequantizeLinear" else t.name)
                 ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=result.provenance)
+                neighbourhood = _neighbourhood(node)  # before the rewriter disconnects the anchor
                 try:
                     res: RewriteResult = rw.func(match, ed)
                 except NearMiss as exc:
                     _near(result, seen_near, rule, node, str(exc))
                     continue
-                claimed |= _neighbourhood(node) | {n.name for n in ed.created}
+                claimed |= neighbourhood | {n.name for n in ed.created}
                 result.changes.append(Change(rule.id, node.name, node.op, res.detail,
                                              tuple(n.name for n in ed.created), boundary, res.contract,
                                              tuple(region_in)))
@@ -169,6 +170,12 @@ def run_engine(
         current = reinfer(export_like(view.graph, current))
         result.model = current
     result.model = stamp_provenance(result.model, result.provenance)
+    # one interface change per edge: a later rewrite of the same edge (NAF012 after NAF004) wins
+    last: dict[tuple[str, str], IoChange] = {}
+    for ch in result.io_changes:
+        last.pop((ch.kind, ch.name), None)
+        last[(ch.kind, ch.name)] = ch
+    result.io_changes = list(last.values())
     return result
 
 

@@ -330,7 +330,7 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
         return NodePlacement(node.name, node.op, FOLDED, role="quantization (folded)")
     # DequantizeLinear
     float_users = []
-    to_output = False
+    to_output = _feeds_graph_output(node.outputs[0], view)
     for c, t in view.sinks(node.outputs[0]):
         if c is None:
             to_output = True
@@ -353,6 +353,23 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
         )
         return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="conversion")
     return NodePlacement(node.name, node.op, FOLDED, role="dequantization (folded)")
+
+
+def _feeds_graph_output(t: gs.Tensor, view: GraphView) -> bool:
+    """True when ``t`` reaches a graph output through data movement or Transpose only (the float
+    epilogue of a graph output)."""
+    stack, seen = [t], set()
+    while stack:
+        cur = stack.pop()
+        if cur.name in seen:
+            continue
+        seen.add(cur.name)
+        if view.is_graph_output(cur):
+            return True
+        for c in cur.outputs:
+            if c.op in MOVEMENT_OPS or c.op == "Transpose":
+                stack.extend(c.outputs)
+    return False
 
 
 def _prologue_input(t: gs.Tensor, view: GraphView) -> gs.Tensor:
