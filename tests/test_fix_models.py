@@ -1,0 +1,102 @@
+"""`nafix fix` end to end: the committed samples reach what their real counterparts need, and on the
+real third-party models nafix never crashes, never exceeds a contract and never lowers the HW ratio."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fixer.api import FixOptions, fix
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_models"
+SHARED_MODELS = ROOT.parent / "shared" / "models"
+
+
+def _fix(tmp_path, name, **opts):
+    src = tmp_path / f"{name}.onnx"
+    shutil.copy(SAMPLES / f"{name}.onnx", src)
+    return fix(src, FixOptions(**opts))
+
+
+def test_denoiser_every_257_channel_layer_split_bit_exact(tmp_path):
+    r = _fix(tmp_path, "denoiser_257")
+    split = {c.node for c in r.engine.changes if c.rule == "NAF001"}
+    assert split == {"conv_in", "conv_skip", "gemm_mask"}
+    assert r.verified and r.written
+    checks = r.verification.boundaries
+    assert len(checks) == 3 and all(c.max_abs_error == 0 and c.bit_exact_fraction == 1.0 for c in checks)
+    assert all(o.max_abs_error == 0 for o in r.verification.outputs)
+    after = r.final
+    assert not [n for n in after.placement.nodes
+                if any(x.constraint == "awkward_output_channels" for x in n.reasons)]
+    # what stays SW is the ONNX LSTM (not on the NPU) and its two conversions
+    assert sorted(n.op_type for n in after.placement.sw_nodes()) == ["DequantizeLinear", "LSTM", "QuantizeLinear"]
+    assert r.before.estimate.sw_epochs == 8 and after.estimate.sw_epochs == 3
+
+
+def test_movenet_like_reaches_all_hw_within_one_lsb_per_resize(tmp_path):
+    r = _fix(tmp_path, "movenet_like")
+    rules = sorted({c.rule for c in r.engine.changes})
+    assert rules == ["NAF003", "NAF004", "NAF005"]
+    assert sum(c.rule == "NAF003" for c in r.engine.changes) == 3
+    assert r.before.estimate.sw_epochs == 5
+    assert r.final.estimate.sw_epochs == 0 and r.final.estimate.hw_ratio == 1.0
+    assert r.verified
+    resize = [c for c in r.verification.boundaries if "NAF003" in c.name]
+    assert len(resize) == 3
+    for c in resize:  # each Resize on its own: within 1 LSB, nearly all bit-exact
+        assert c.max_abs_error <= 1 and c.bit_exact_fraction > 0.95
+    (out,) = r.verification.outputs
+    assert out.name == "heatmaps" and out.cosine > 0.999
+    report = json.loads(r.report_path.read_text())
+    io = report["io"]
+    assert io["inputs"][0]["dtype"] == "int8" and io["inputs"][0]["scale"] > 0
+    assert io["outputs"][0]["dtype"] == "int8" and io["outputs"][0]["zero_point"] is not None
+    header = r.header_path.read_text()
+    assert "NAFIX_IN_IMAGE_SCALE" in header and "NAFIX_OUT_HEATMAPS_ZERO_POINT" in header
+
+
+def test_movenet_like_uint8_camera_input(tmp_path):
+    r = _fix(tmp_path, "movenet_like", input_type="uint8")
+    assert r.verified
+    (ch,) = [c for c in r.engine.io_changes if c.kind == "input"]
+    assert ch.dtype == "uint8" and ch.zero_point == 0  # int8 zero-point -128 shifted by 128
+
+
+def test_movenet_like_float_within_1e5_of_range(tmp_path):
+    r = _fix(tmp_path, "movenet_like_float", select=("NAF003",))
+    assert sum(c.rule == "NAF003" for c in r.engine.changes) == 3
+    (out,) = r.verification.outputs
+    assert r.verified and r.verification.contract.contract in ("tolerance", "lsb")
+    ref_range = 1.0  # sigmoid heatmaps
+    assert out.max_abs_error <= 1e-5 * ref_range
+
+
+def test_classifier_softmax_opt_in_ranking(tmp_path):
+    plain = _fix(tmp_path, "classifier_softmax", dry_run=True)
+    assert "NAF012" not in {c.rule for c in plain.engine.changes}, "trailing Softmax removal is opt-in"
+    r = _fix(tmp_path, "classifier_softmax", select=("NAF012", "NAF004", "NAF005"))
+    assert r.verified and r.verification.contract.contract == "ranking"
+    assert r.final.estimate.sw_epochs == 0
+    assert any("logits" in c.detail for c in r.engine.changes if c.rule == "NAF012")
+
+
+REAL = sorted(SHARED_MODELS.glob("*.onnx")) if SHARED_MODELS.is_dir() else []
+
+
+@pytest.mark.skipif(not REAL, reason="../shared/models is absent")
+@pytest.mark.parametrize("model", REAL, ids=[p.name for p in REAL])
+def test_real_model_fix_never_crashes_nor_exceeds_contracts(model):
+    r = fix(model, FixOptions(dry_run=True))
+    assert not r.written and r.report_path is None, "a dry run writes nothing"
+    assert r.final.estimate.hw_ratio >= r.before.estimate.hw_ratio - 1e-9
+    assert not r.warnings
+    if r.engine.changes:
+        assert r.verification is not None and r.verification.ok, r.verification.as_dict()
+        for o in r.verification.outputs:
+            assert np.isfinite(o.max_abs_error)
