@@ -9,15 +9,14 @@ calibration samples), so the QDQ structure is exactly what users get from onnxru
 
 from __future__ import annotations
 
-import logging
-import tempfile
-from pathlib import Path
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 OPSET = 17
+from tests.builders.common import infer, quantize_st
+
 IR_VERSION = 8
 SEED = 20250612
 CALIB_SAMPLES = 8
@@ -66,51 +65,12 @@ class _G:
         return m
 
 
-def _infer(m: onnx.ModelProto) -> onnx.ModelProto:
-    del m.graph.value_info[:]
-    m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-    # graph outputs were declared without shape: take the inferred one
-    vi = {v.name: v for v in m.graph.value_info}
-    for o in m.graph.output:
-        if o.name in vi and not o.type.tensor_type.HasField("shape"):
-            o.type.CopyFrom(vi[o.name].type)
-    onnx.checker.check_model(m, full_check=True)
-    return m
+def _infer(m: onnx.ModelProto, *, data_prop: bool = False) -> onnx.ModelProto:
+    return infer(m, data_prop=data_prop)
 
 
 def _quantize_st(m: onnx.ModelProto, rng: np.random.Generator) -> onnx.ModelProto:
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-    shapes = {i.name: [d.dim_value for d in i.type.tensor_type.shape.dim] for i in m.graph.input}
-    data = [{k: rng.standard_normal(s).astype(np.float32) for k, s in shapes.items()} for _ in range(CALIB_SAMPLES)]
-
-    class Reader(CalibrationDataReader):
-        def __init__(self):
-            self.it = iter(data)
-
-        def get_next(self):
-            return next(self.it, None)
-
-        def rewind(self):
-            self.it = iter(data)
-
-    level = logging.getLogger().level
-    logging.getLogger().setLevel(logging.ERROR)  # ORT's quantizer logs advice on the root logger
-    try:
-        with tempfile.TemporaryDirectory(prefix="nafix_channels_") as tmp:
-            fp, qp = Path(tmp) / "float.onnx", Path(tmp) / "qdq.onnx"
-            onnx.save(m, str(fp))
-            quantize_static(str(fp), str(qp), Reader(), quant_format=QuantFormat.QDQ,
-                            activation_type=QuantType.QInt8, weight_type=QuantType.QInt8, per_channel=True,
-                            extra_options={"ActivationSymmetric": False, "WeightSymmetric": True})
-            q = onnx.load(str(qp))
-    finally:
-        logging.getLogger().setLevel(level)
-    q.ir_version = IR_VERSION
-    return _infer(q)
-
-
-# ------------------------------------------------------------------------------------------ NAF001
+    return infer(quantize_st(m, rng, samples=CALIB_SAMPLES))
 
 
 def conv(cin: int = 16, cout: int = 257, k: int = 1, hw: tuple = (4, 6), group: int = 1, qdq: bool = False,
