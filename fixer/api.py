@@ -174,8 +174,7 @@ def collect_models(paths: Sequence[str | os.PathLike[str]], *, recursive: bool =
         p = Path(raw)
         if p.is_dir():
             pattern = "**/*" if recursive else "*"
-            found = sorted(q for q in p.glob(pattern) if q.is_file() and q.suffix.lower() in ONNX_SUFFIXES
-                           and not q.name.endswith(".nafix.onnx"))
+            found = sorted(q for q in p.glob(pattern) if q.is_file() and q.suffix.lower() in ONNX_SUFFIXES)
             if not found:
                 # info, not warning: with no model at all audit() raises the one 'error:' line on its own
                 log.info("%s: no .onnx files found", p)
