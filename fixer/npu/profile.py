@@ -70,6 +70,14 @@ def _require(data: Mapping[str, Any], key: str, where: str, path: str) -> Any:
     return data[key]
 
 
+def _choice(entry: Mapping[str, Any], key: str, where: str, path: str, choices, default: str | None = None) -> str:
+    """``entry[key]`` (or ``default``), which must be one of ``choices``."""
+    value = str(entry[key]) if key in entry else (default if default is not None else str(_require(entry, key, where, path)))
+    if value not in choices:
+        raise ProfileError(f"{path}: '{where}.{key}' is '{value}'; use one of {', '.join(choices)}.")
+    return value
+
+
 def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()) -> TargetProfile:
     """Validate a profile mapping (as read from YAML) into a :class:`TargetProfile`."""
     if not isinstance(data, Mapping):
@@ -80,9 +88,7 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         where = f"limits.{key}"
         if not isinstance(entry, Mapping):
             raise ProfileError(f"{path}: '{where}' must be a mapping with value, tag and source.")
-        tag = str(_require(entry, "tag", where, path))
-        if tag not in TAGS:
-            raise ProfileError(f"{path}: '{where}.tag' is '{tag}'; use one of {', '.join(TAGS)}.")
+        tag = _choice(entry, "tag", where, path, TAGS)
         value = _require(entry, "value", where, path)
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise ProfileError(f"{path}: '{where}.value' must be a number, not {value!r}.")
@@ -92,15 +98,9 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         where = f"operators.{op}"
         if not isinstance(entry, Mapping):
             raise ProfileError(f"{path}: '{where}' must be a mapping with tier and tag.")
-        tier = str(_require(entry, "tier", where, path))
-        if tier not in TIERS:
-            raise ProfileError(f"{path}: '{where}.tier' is '{tier}'; use one of {', '.join(TIERS)}.")
-        epoch = str(entry.get("epoch", "compute" if tier != "movement" else "none"))
-        if epoch not in EPOCH_KINDS:
-            raise ProfileError(f"{path}: '{where}.epoch' is '{epoch}'; use one of {', '.join(EPOCH_KINDS)}.")
-        tag = str(_require(entry, "tag", where, path))
-        if tag not in TAGS:
-            raise ProfileError(f"{path}: '{where}.tag' is '{tag}'; use one of {', '.join(TAGS)}.")
+        tier = _choice(entry, "tier", where, path, TIERS)
+        epoch = _choice(entry, "epoch", where, path, EPOCH_KINDS, "compute" if tier != "movement" else "none")
+        tag = _choice(entry, "tag", where, path, TAGS)
         cons = tuple(entry.get("constraints", ()) or ())
         extra = entry.get("extra_epochs", 0)
         if not isinstance(extra, int) or extra < 0:
