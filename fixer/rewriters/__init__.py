@@ -24,7 +24,7 @@ from ..graph import Editor, GraphView
 from ..npu.placement import Placement
 from ..npu.profile import TargetProfile
 
-FAMILIES = ("channels", "resize", "qdq", "ops")
+FAMILIES = ("channels", "resize", "qdq", "ops", "recurrent")
 
 
 class NearMiss(Exception):
