@@ -121,7 +121,7 @@ def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: 
     estimate = estimate_epochs(view, placement, profile)
     from .npu.placement import QuantDomain
 
-    memory = estimate_memory(view, placement, QuantDomain(view, profile), pools)
+    memory = estimate_memory(view, placement, QuantDomain(view, profile, strict=not placement.oe_export), pools)
     findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
     return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)
 

@@ -100,7 +100,7 @@ def estimate_memory(view: GraphView, placement: Placement, domain: QuantDomain, 
     def int8_domain(t: gs.Tensor) -> bool:
         if t.dtype is not None and np.dtype(t.dtype).itemsize == 1:
             return True
-        return domain.sourced(t) and domain.sunk(t)
+        return domain.sourced(t) or domain.sunk(t)  # read from, or written to, int8
 
     for t in view.graph.inputs:
         b = _nbytes(t, int8_domain(t))

@@ -29,6 +29,8 @@ from .constraints import GENERIC, HAZARDS, REGISTRY
 from .profile import TargetProfile
 
 HW, SW, FOLDED = "HW", "SW", "folded"
+#: Activations the compiler fuses into the compute op before them (one epoch, one quantization).
+ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid"})
 _INT_KINDS = ("i", "u")
 DEFAULT_DOMAINS = ("", "ai.onnx")
 CONTRIB_OK = frozenset({"QLinearAdd", "QLinearMul"})
@@ -79,21 +81,39 @@ class Placement:
 class QuantDomain:
     """Which float tensors carry int8 values (quantization info known to the compiler).
 
-    ``sourced(t)``: ``t`` comes from a DequantizeLinear or an integer tensor, possibly through data
-    movement and ops the NPU (or an int8 SW kernel) runs without leaving the int8 domain.
-    ``sunk(t)``: every path from ``t`` reaches a QuantizeLinear (or stays integer) the same way.
+    ``sourced(t)``: ``t`` comes from a DequantizeLinear or an integer tensor through data movement.
+    ``sunk(t)``: every reader of ``t`` is a QuantizeLinear (through data movement), or ``t`` stays integer.
+    The one exception in a QDQ model is the fused activation: a compute op's float output read only by
+    an activation (Conv -> Relu -> QuantizeLinear) counts as quantized on both sides, as the compiler
+    runs the pair as one op. Every other float tensor between two ops has no quantization parameters:
+    stedgeai warns "<tensor> is not quantized" and runs the ops around it in float (a float island).
+
+    ST's own exports (``*_OE_*.onnx``) keep quantization in a side ``_Q.json``: there (``strict`` off)
+    the int8 domain also passes through every op the NPU runs, without Q/DQ between them.
     """
 
-    def __init__(self, view: GraphView, profile: TargetProfile):
+    def __init__(self, view: GraphView, profile: TargetProfile, *, strict: bool = True):
         self.view = view
         self.profile = profile
+        self.strict = strict
         passthrough = {op for op, r in profile.operators.items() if r.tier in ("hw", "movement")}
         passthrough |= set(profile.sw_int8_kernels) | MOVEMENT_OPS
-        self._pass = frozenset(passthrough)
+        self._pass = frozenset(passthrough) if not strict else frozenset(MOVEMENT_OPS)
+        self._hw_ops = frozenset(op for op, r in profile.operators.items() if r.tier == "hw")
         self._sourced: dict[str, bool] = {}
         self._sunk: dict[str, bool] = {}
         self._u8_src: dict[str, bool] = {}
         self._compute()
+
+    def _epilogue(self, c: gs.Node, t: gs.Tensor) -> bool:
+        """``c`` is fused onto the op producing ``t``: an activation, or a bias/scale (Add, Sub, Mul,
+        Div with a constant other operand), as a Conv/MatMul epilogue."""
+        if c.op in ACTIVATIONS:
+            return True
+        if c.op in ("Add", "Sub", "Mul", "Div"):
+            others = [x for x in c.inputs if x is not t and x.name]
+            return len(others) == 1 and self.view.is_const_like(others[0])
+        return False
 
     def _is_int(self, t: gs.Tensor) -> bool:
         return t.dtype is not None and np.dtype(t.dtype).kind in _INT_KINDS and np.dtype(t.dtype).itemsize == 1
@@ -115,6 +135,11 @@ class QuantDomain:
                     self._sourced[out.name] = True
                 elif node.op in self._pass and node.op != "QuantizeLinear":
                     self._sourced[out.name] = bool(acts) and all(self._sourced.get(t.name, False) for t in acts)
+                elif (self.strict and node.op in self._hw_ops and acts
+                      and all(self._sourced.get(t.name, False) for t in acts)
+                      and out.outputs and all(self._epilogue(c, out) for c in out.outputs)
+                      and not view.is_graph_output(out)):
+                    self._sourced[out.name] = True  # a fused accumulator: Conv -> bias Add -> Relu -> Q
                 else:
                     self._sourced[out.name] = False
                 # uint8 activations: a DequantizeLinear of a uint8 tensor that is not a weight
@@ -137,10 +162,13 @@ class QuantDomain:
         if self.view.is_graph_output(t):
             return False
         ok = True
+        producer = self.view.producer(t)
         for c in t.outputs:
             if c.op == "QuantizeLinear" or c.name in self.view.folded or c.op == "Shape":
                 continue
-            if c.op in self._pass and c.op != "DequantizeLinear":
+            fused = (self.strict and producer is not None and producer.op in self._hw_ops
+                     and self._epilogue(c, t))
+            if (c.op in self._pass or fused) and c.op != "DequantizeLinear":
                 if not all(self._sunk[o.name] if o.name in self._sunk else self._sunk_of(o)
                            for o in c.outputs if o.name):
                     ok = False
@@ -201,7 +229,7 @@ def is_oe_export(model: onnx.ModelProto) -> bool:
 def place(view: GraphView, profile: TargetProfile) -> Placement:
     """Place every node of ``view`` on HW, SW or folded, with reasons."""
     oe = is_oe_export(view.model)
-    ctx = PlacementContext(view, profile, QuantDomain(view, profile), oe, profile.values())
+    ctx = PlacementContext(view, profile, QuantDomain(view, profile, strict=not oe), oe, profile.values())
     result: dict[str, NodePlacement] = {}
     model_findings: list[Reason] = []
 
