@@ -240,6 +240,8 @@ class FixOptions:
     samples: int = 3
     max_rounds: int = 8
     compile: "CompileOptions | None" = None  # measure before/after with the real stedgeai
+    quantize: bool = False  # re-quantize with onnxruntime (float in, NPU-ready int8 out)
+    calib: "CalibrationOptions | None" = None  # where calibration data comes from (None: random)
 
 
 @dataclass
@@ -256,6 +258,12 @@ class FixResult:
     rules_run: list[str]
     warnings: list[str] = field(default_factory=list)
     compiled: "CompileComparison | None" = None
+    quantization: dict | None = None  # what --quantize did and the accuracy it cost
+    pre_engine: "EngineResult | None" = None  # rewrites applied before quantization (float models)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.engine.changes) or self.quantization is not None
 
     @property
     def verified(self) -> bool:
@@ -306,6 +314,143 @@ def _written_by_nafix(path: Path) -> bool:
     return any(p.key == "nafix.version" for p in m.metadata_props)
 
 
+#: Rewrites that prepare float islands for quantization (they turn SW-only ops into NPU primitives,
+#: which only pays off once the result is quantized): selected automatically with --quantize.
+QUANTIZE_PREP_RULES = ("NAF016", "NAF017")
+#: Below this output cosine (quantized vs float) the report warns: the calibration may be poor.
+QUANT_MIN_COSINE = 0.99
+
+
+def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfile, warnings: list[str],
+                    on_round) -> tuple:
+    """--quantize: float model -> float rewrites (verified) -> onnxruntime quantization; uint8 model ->
+    exact int8 conversion; QDQ model with float islands -> islands quantized keeping every existing
+    scale and zero-point. Returns (quantized model, the float-stage engine result, report dict)."""
+    from .engine import run_engine
+    from .quantize import (
+        CalibrationOptions, accuracy_report, convert_uint8_to_int8, open_calibration, quantize_float_model,
+        requantize_islands,
+    )
+    from .rules import load_rules, select_rules
+    from .verify import loosest, verify
+
+    calib = opts.calib or CalibrationOptions(seed=opts.seed)
+    model = loaded.model
+    name = str(loaded.path)
+    kind = _quant_kind(model)
+    info: dict = {"input_kind": kind}
+    pre_engine = None
+    if kind == "float":
+        # Float rewrites first (channel splits, Resize kernels, unrolled LSTM cells ...), then quantize.
+        rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore)
+        extra = [r for r in load_rules(opts.rules_dirs) if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore
+                 and r not in rules]
+        pre_engine = run_engine(model, rules + extra, profile=profile, options={"input_type": "int8"},
+                                max_rounds=opts.max_rounds, on_round=on_round)
+        float_model = model
+        if pre_engine.changes:
+            by_id = {r.id: r for r in rules + extra}
+            v = verify(model, pre_engine.model, contract=loosest([by_id[r].verify for r in pre_engine.rules_applied]),
+                       rules=pre_engine.rules_applied, seed=opts.seed, samples=opts.samples)
+            info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail}
+                                                  for c in pre_engine.changes], "verification": v.as_dict()}
+            if not v.ok:
+                from .errors import VerificationError
+
+                raise VerificationError(
+                    f"{name}: the float rewrites before quantization failed verification (rules "
+                    f"{', '.join(pre_engine.rules_applied)}); nothing written.")
+            float_model = pre_engine.model
+        q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile)
+        quantized = q.model
+        info.update(q.as_dict())
+        warnings.extend(q.warnings)
+        feeds = open_calibration(float_model, calib, model_name=name).take(min(8, calib.max_samples))
+        acc = accuracy_report(model, quantized, feeds, calibration=q.calibration)
+        info.update(acc.as_dict())
+    elif kind == "uint8":
+        conv = convert_uint8_to_int8(model, model_name=name)
+        quantized = conv.model
+        info["uint8_conversion"] = conv.as_dict()
+        info["calibration"] = "none"
+        warnings.extend(conv.warnings)
+        feeds = open_calibration(model, calib, model_name=name).take(min(8, calib.max_samples))
+        # the reference is itself quantized: per-tensor SQNR against it says nothing, outputs do
+        acc = accuracy_report(model, quantized, feeds, calibration="none", worst=0)
+        info.update(acc.as_dict())
+        if conv.exact:
+            info["note"] = "activations converted exactly (zero-point - 128, same scale)"
+    else:
+        # Unroll recurrent ops inside the QDQ model first (float islands of NPU primitives), then
+        # quantize the islands keeping every existing scale and zero-point.
+        all_rules = load_rules(opts.rules_dirs)
+        prep = [r for r in all_rules if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore]
+        prep += _requantizing_variants(all_rules, opts.select)
+        pre_engine = run_engine(model, prep, profile=profile, options={}, max_rounds=opts.max_rounds)
+        if pre_engine.changes:
+            by_id = {r.id: r for r in prep}
+            v = verify(model, pre_engine.model, contract=loosest([by_id[r].verify for r in pre_engine.rules_applied]),
+                       rules=pre_engine.rules_applied, seed=opts.seed, samples=opts.samples)
+            info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail}
+                                                  for c in pre_engine.changes], "verification": v.as_dict()}
+            if not v.ok:
+                from .errors import VerificationError
+
+                raise VerificationError(f"{name}: unrolling {', '.join(pre_engine.rules_applied)} failed "
+                                        "verification; nothing written.")
+            model_in = pre_engine.model
+        else:
+            model_in = model
+        res = requantize_islands(model_in, calib=calib, model_name=name, profile=profile)
+        quantized = res.model
+        info.update(res.as_dict() if hasattr(res, "as_dict") else {"calibration": res.calibration})
+        feeds = open_calibration(model, calib, model_name=name).take(min(8, calib.max_samples))
+        acc = accuracy_report(model, quantized, feeds, calibration=res.calibration, worst=0)
+        if res.calibration == "none":
+            info["calibration"] = "none"  # no island needed onnxruntime: nothing was calibrated
+        info.update(acc.as_dict())
+    low = [o for o in info.get("outputs", []) if o.get("cosine") is not None and o["cosine"] < QUANT_MIN_COSINE]
+    for o in low:
+        warnings.append(f"quantized output '{o['name']}' has cosine {o['cosine']:.4f} against the float model "
+                        f"(below {QUANT_MIN_COSINE}); check the calibration data")
+    return quantized, pre_engine, info
+
+
+#: Rewrites of quantized ops that need new quantization parameters (the NAF002 partial sums): under
+#: --quantize, when selected, they run on the QDQ model and their new tensors are calibrated.
+REQUANTIZING_RULES = ("NAF002",)
+
+
+def _requantizing_variants(rules, select) -> list:
+    """The selected REQUANTIZING_RULES, with their float-only precondition lifted."""
+    from dataclasses import replace
+
+    chosen = {s.upper() for s in select} | {r.id for r in rules if r.name in select}
+    out = []
+    for r in rules:
+        if r.id in REQUANTIZING_RULES and r.id in chosen:
+            out.append(replace(r, when=tuple(c for c in r.when if c.predicate != "is_float"),
+                               params={**r.params, "quantized_ok": True}))
+    return out
+
+
+def _quant_kind(model) -> str:
+    """float (no quantization), uint8 (uint8 activations inside), or qdq."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    q_ops = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
+             or n.op_type.startswith("QLinear")]
+    if not q_ops:
+        return "float"
+    inits = {t.name: t for t in model.graph.initializer}
+    for n in model.graph.node:
+        if n.op_type == "QuantizeLinear" and len(n.input) > 2 and n.input[2] in inits:
+            if numpy_helper.to_array(inits[n.input[2]]).dtype == np.uint8:
+                return "uint8"
+    return "qdq"
+
+
 def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         on_round: Callable[[int, int], None] | None = None,
         on_compile_line: Callable[[str, str], None] | None = None) -> FixResult:
@@ -333,19 +478,25 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
             raise UsageError(f"{out}: exists and was not written by nafix; pass --force to overwrite it or choose -o.")
     before = analyze_model(loaded, profile=profile, pools=pools)
     rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore)
-    engine = run_engine(loaded.model, rules, profile=profile,
+    warnings: list[str] = []
+    reference = loaded.model  # what the rule rewrites are verified against
+    pre_engine = None
+    quant_info = None
+    if opts.quantize:
+        reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round)
+    engine = run_engine(reference, rules, profile=profile,
                         options={"input_type": opts.input_type}, max_rounds=opts.max_rounds, on_round=on_round)
     rules_by_id = {r.id: r for r in rules}
     verification = None
     after = None
-    warnings: list[str] = []
     if engine.changes:
         contracts = change_contracts(engine, rules_by_id)
         contract = loosest(list(contracts.values()))
-        feeds = load_inputs_npz(opts.inputs_npz, loaded.model) if opts.inputs_npz else None
-        verification = verify(loaded.model, engine.model, contract=contract, rules=engine.rules_applied,
+        feeds = load_inputs_npz(opts.inputs_npz, reference) if opts.inputs_npz else None
+        verification = verify(reference, engine.model, contract=contract, rules=engine.rules_applied,
                               io_changes=engine.io_changes, inputs=feeds, seed=opts.seed, samples=opts.samples,
                               boundaries=boundary_checks(engine, contracts))
+    if engine.changes or quant_info is not None:
         fixed_loaded = LoadedModel(path=out, model=engine.model, opset=loaded.opset,
                                    dynamic_dims=loaded.dynamic_dims)
         after = analyze_model(fixed_loaded, profile=profile, pools=pools)
@@ -354,15 +505,19 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
                 f"the estimated HW ratio went down ({before.estimate.hw_ratio:.1%} -> {after.estimate.hw_ratio:.1%}); "
                 "this is a nafix bug, please report it")
     written = False
-    if engine.changes and not opts.dry_run and (verification.ok or opts.keep_failed):
+    verified = verification is None or verification.ok
+    if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed):
         model = engine.model
         meta = {p.key: p.value for p in model.metadata_props}
         meta.update({
             "nafix.version": __version__,
             "nafix.rules": ",".join(engine.rules_applied),
             "nafix.profile": profile.name,
-            "nafix.verified": "yes" if verification.ok else "NO (written with --keep-failed)",
+            "nafix.verified": "yes" if verified else "NO (written with --keep-failed)",
         })
+        if quant_info is not None:
+            meta["nafix.quantized"] = f"onnxruntime, calibration={quant_info.get('calibration')}"
+
         del model.metadata_props[:]
         for k, v in meta.items():
             model.metadata_props.add(key=k, value=v)
@@ -371,7 +526,7 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     result = FixResult(
         input=src, output=out if written else None, report_path=None, header_path=None, before=before,
         after=after, engine=engine, verification=verification, written=written,
-        rules_run=[r.id for r in rules], warnings=warnings,
+        rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
     )
     if opts.compile is not None:
         result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
@@ -383,7 +538,7 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         if written and engine.io_changes:
             atomic_write_text(header_path, fix_header(result, header_path))
             result.header_path = header_path
-        if written or not engine.changes:
+        if written or not result.changed:
             result.report_path = report_path
             atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n")
     return result
@@ -470,7 +625,7 @@ def _compile_before_after(result: FixResult, copts: CompileOptions,
 
     before = compile_model(result.input, "before", copts, tool, analysis=result.before, on_line=lines("before"))
     after = None
-    ok_to_compile = result.engine.changes and (result.verified or result.written)
+    ok_to_compile = result.changed and (result.verified or result.written)
     if ok_to_compile:
         if result.written and result.output is not None:
             after = compile_model(result.output, "after", copts, tool, analysis=result.after, on_line=lines("after"))

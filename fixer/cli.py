@@ -168,6 +168,16 @@ def fix_cmd(
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json for stedgeai (--st-neural-art) and the memory estimate."),
     compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds to wait for each stedgeai run."),
     workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
+    quantize: bool = typer.Option(False, "--quantize", help="Re-quantize with onnxruntime for the NPU: float models, uint8 activations, float islands."),
+    calib: Optional[str] = typer.Option(None, "--calib", help="Calibration data: a folder of .npz (one sample each), one .npz with a sample axis, or a folder of images."),
+    calib_size: Optional[str] = typer.Option(None, "--calib-size", help="Images: resize to HxW (default: the model input's)."),
+    calib_layout: str = typer.Option("auto", "--calib-layout", help="Images: nchw, nhwc or auto (from the input shape)."),
+    calib_scale: float = typer.Option(1 / 255, "--calib-scale", help="Images: pixel scale before mean/std."),
+    calib_mean: Optional[str] = typer.Option(None, "--calib-mean", help="Images: mean, one value or one per channel (e.g. 0.485,0.456,0.406)."),
+    calib_std: Optional[str] = typer.Option(None, "--calib-std", help="Images: std, one value or one per channel."),
+    calib_order: str = typer.Option("rgb", "--calib-channel-order", help="Images: rgb or bgr."),
+    calib_samples: int = typer.Option(200, "--calib-samples", help="At most this many calibration samples."),
+    calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
     from .api import CompileOptions, FixOptions, fix
@@ -181,8 +191,14 @@ def fix_cmd(
             output=output, dry_run=dry_run, select=tuple(select or ()), ignore=tuple(ignore or ()),
             rules_dirs=tuple(str(r) for r in rules or ()), input_type=input_type,
             inputs_npz=str(inputs) if inputs else None, keep_failed=keep_failed, force=force, seed=seed,
-            compile=copts,
+            compile=copts, quantize=quantize,
+            calib=_calib_options(calib, calib_size, calib_layout, calib_scale, calib_mean, calib_std, calib_order,
+                                 calib_samples, calib_method, seed) if quantize else None,
         )
+        if calib and not quantize:
+            from .errors import UsageError
+
+            raise UsageError("--calib needs --quantize.")
         result = fix(model, opts, on_compile_line=_stream_line if fmt == OutFormat.table else None)
     except NafixError as exc:
         _fail(exc)
@@ -203,6 +219,32 @@ def fix_cmd(
     if fail_on == FailOn.sw and result.final.estimate.sw_epochs > 0:
         raise typer.Exit(1)
 
+
+
+def _floats(text: Optional[str], what: str):
+    from .errors import UsageError
+
+    if text is None:
+        return None
+    try:
+        return tuple(float(v) for v in text.replace(" ", "").split(",") if v)
+    except ValueError:
+        raise UsageError(f"{what} '{text}' must be numbers separated by commas.") from None
+
+
+def _calib_options(path, size, layout, scale, mean, std, order, samples, method, seed):
+    from .errors import UsageError
+    from .quantize import CalibrationOptions
+
+    hw = None
+    if size:
+        try:
+            hw = tuple(int(v) for v in size.lower().replace(",", "x").split("x"))
+        except ValueError:
+            raise UsageError(f"--calib-size '{size}' must be HxW, e.g. 224x224.") from None
+    return CalibrationOptions(path=path, image_size=hw, layout=layout, scale=scale, mean=_floats(mean, "--calib-mean"),
+                              std=_floats(std, "--calib-std"), channel_order=order, max_samples=samples,
+                              method=method, seed=seed)
 
 
 def _stream_line(label: str, line: str) -> None:

@@ -912,6 +912,18 @@ def _calibration_method(name: str):
             "percentile": CalibrationMethod.Percentile}[name]
 
 
+def _merge_every(reader, batch: int = 16) -> int:
+    """Samples per range merge. onnxruntime fails with 'No data is collected' when the sample count is
+    a multiple of this batch (its last merge is empty), so pick a batch that does not divide it."""
+    try:
+        total = len(reader)
+    except TypeError:
+        return batch
+    while total > 0 and total % batch == 0 and batch < total:
+        batch += 1
+    return max(batch, 1) if total == 0 or total % batch else total + 1
+
+
 def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[str], method: str,
                          nodes_to_quantize: Sequence[str] = (), nodes_to_exclude: Sequence[str] = (),
                          overrides: Mapping[str, list[dict]] | None = None, keep_activations: bool = False,
@@ -923,7 +935,7 @@ def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[s
         "ActivationSymmetric": False,
         "WeightSymmetric": True,
         "ForceQuantizeNoInputCheck": True,  # quantize MaxPool/Transpose/... even after a float op
-        "CalibMaxIntermediateOutputs": 16,  # merge ranges every 16 samples: bounded memory
+        "CalibMaxIntermediateOutputs": _merge_every(reader),  # merge ranges in batches: bounded memory
     }
     if keep_activations:
         extra["QDQKeepRemovableActivations"] = True
@@ -2151,7 +2163,7 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
         a = np.concatenate([r.reshape(-1) for r, _ in acc[n]]).astype(np.float64)
         b = np.concatenate([g.reshape(-1) for _, g in acc[n]]).astype(np.float64)
         outputs.append({"name": n, **_compare(a, b)})
-    worst_rows = _worst_tensors(float_model, quant_model, list(feeds)[:max(1, debug_samples)], worst)
+    worst_rows = _worst_tensors(float_model, quant_model, list(feeds)[:max(1, debug_samples)], worst) if worst > 0 else []
     return QuantAccuracy(calibration, outputs, worst_rows, len(feeds))
 
 

@@ -169,6 +169,35 @@ def audit_renderables(result: AuditResult, *, profile: str, verbose: bool = Fals
     return out
 
 
+def quantization_renderables(q: dict, result):
+    """What --quantize did: calibration, accuracy per output, the worst tensors."""
+    from rich.text import Text
+
+    out: list[Any] = []
+    kind = q.get("input_kind")
+    cal = q.get("calibration")
+    what = {"float": "float model quantized with onnxruntime (int8 activations, int8 symmetric per-channel weights)",
+            "uint8": "uint8 activations converted to int8", "qdq": "float islands quantized, existing scales kept"}
+    out.append(Text(f"quantization: {what.get(kind, kind)}; calibration: {cal}"
+                    + (f" ({q['samples']} samples)" if q.get("samples") and cal != "none" else ""), style="bold"))
+    if cal == "random":
+        out.append(Text("  WARNING: calibrated on random data; pass --calib with real samples", style="bold red"))
+    pre = getattr(result, "pre_engine", None)
+    if pre is not None and pre.changes:
+        out.append(Text(f"  float rewrites before quantization ({len(pre.changes)}):"))
+        for c in pre.changes:
+            out.append(Text(f"    {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
+    for o in q.get("outputs", []):
+        out.append(Text(f"  {o['name']}: cosine {o['cosine']:.5f}, SNR {o['snr_db']:.1f} dB, max abs error "
+                        f"{o['max_abs_error']:.3g} (quantized vs original)"))
+    worst = q.get("worst_tensors", [])[:3]
+    if worst:
+        out.append(Text("  lowest SQNR: " + ", ".join(f"{w['tensor']} {w['sqnr_db']:.1f} dB" for w in worst), style="dim"))
+    for p in q.get("problems", []):
+        out.append(Text(f"  problem: {p}", style="yellow"))
+    return out
+
+
 def comparison_renderables(comp):
     """Measured before/after epochs from stedgeai, and where the estimate disagreed."""
     from rich.table import Table
@@ -316,7 +345,7 @@ def fix_dict(result) -> dict[str, Any]:
     before = result.before
     after = result.final
     v = result.verification
-    model = result.engine.model if result.engine.changes else result.before.loaded.model
+    model = result.engine.model if result.changed else result.before.loaded.model
     return {
         "nafix_version": __version__,
         "input": str(result.input),
@@ -342,6 +371,7 @@ def fix_dict(result) -> dict[str, Any]:
         "rules_run": result.rules_run,
         "warnings": result.warnings,
         **({"stedgeai": result.compiled.as_dict()} if getattr(result, "compiled", None) is not None else {}),
+        **({"quantization": result.quantization} if getattr(result, "quantization", None) is not None else {}),
     }
 
 
@@ -394,11 +424,14 @@ def fix_renderables(result, *, verbose: bool = False):
     t.add_row("before", str(b.epochs), str(b.sw_epochs), f"{b.hw_ratio:.1%}")
     t.add_row("after", str(a.epochs), str(a.sw_epochs), f"{a.hw_ratio:.1%}")
     out.append(t)
+    q = getattr(result, "quantization", None)
+    if q is not None:
+        out.extend(quantization_renderables(q, result))
     if result.engine.changes:
         out.append(Text(f"changes ({len(result.engine.changes)}):", style="bold"))
         for c in result.engine.changes:
             out.append(Text(f"  {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
-    else:
+    elif q is None:
         out.append(Text("no rule applied: nothing to fix that nafix knows how to fix.", style="bold"))
     v = result.verification
     if v is not None:

@@ -373,20 +373,21 @@ def _parts(channels: int, chunk_max: int) -> int:
 # ------------------------------------------------------------------------------------------------
 
 
-@rewriter("split_input_channels", chunk_max=None, align=8)
+@rewriter("split_input_channels", chunk_max=None, align=8, quantized_ok=False)
 def split_input_channels(match: Match, ed: Editor) -> RewriteResult:
     """Splits the input channels of a Conv (group 1), or the reduction dimension K of a Gemm or
     MatMul with constant weights, into chunks of at most `chunk_max` (the profile's channel_chunk_max by
     default): each chunk Slices the input and multiplies it by the matching slice of the weights, and
     the partial results are summed with a chain of Add nodes; the bias (and Gemm's beta * C) is added
-    once, by the first partial op. Float models only: in a QDQ model the partial sums would need new
-    quantization parameters."""
+    once, by the first partial op. In a QDQ model the partial sums need new quantization parameters:
+    with `quantized_ok` (set by nafix --quantize) the weight slices keep their int8 values and scales
+    and the partial sums are left in float for onnxruntime to calibrate; otherwise it is a near-miss."""
     node, view = match.node, match.view
     op = node.op
     w = _weight(match, node, 1, "weights")
-    if w.quantized:
+    if w.quantized and not match.params.get("quantized_ok"):
         raise NearMiss(f"{_q(node)} is quantized; its partial sums would need new quantization parameters "
-                       f"(split the float model, then re-quantize with nafix --quantize).")
+                       f"(select NAF002 with nafix --quantize, which calibrates them).")
     wv = np.asarray(w.values)
     x = node.inputs[0]
     out = node.outputs[0]

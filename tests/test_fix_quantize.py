@@ -1,0 +1,85 @@
+"""`nafix MODEL --quantize`: float models in, NPU-ready int8 out; uint8 models converted; QDQ input-channel
+splits calibrated; the accuracy cost reported."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from fixer.api import FixOptions, fix
+from fixer.cli import main
+from fixer.quantize import CalibrationOptions, check_npu_quantization, float_islands
+from tests.builders import build
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
+
+
+def _copy(tmp_path, name) -> Path:
+    p = tmp_path / f"{name}.onnx"
+    shutil.copy(SAMPLES / f"{name}.onnx", p)
+    return p
+
+
+def test_float_denoiser_becomes_npu_ready_int8(tmp_path):
+    r = fix(_copy(tmp_path, "denoiser_257_float"), FixOptions(quantize=True))
+    assert r.written and r.verified
+    m = onnx.load(str(r.output))
+    assert check_npu_quantization(m, allow_uint8_io=False) == []  # int8 everywhere, symmetric per-channel weights
+    assert not any(onnx.helper.tensor_dtype_to_np_dtype(t.data_type) == np.uint8 for t in m.graph.initializer)
+    assert float_islands(m) == []
+    assert r.final.estimate.hw_ratio == 1.0 and r.final.estimate.sw_epochs == 0
+    q = r.quantization
+    assert q["input_kind"] == "float" and q["calibration"] == "random"
+    assert all(o["cosine"] >= 0.99 for o in q["outputs"]) and q["worst_tensors"]
+    applied = {c["rule"] for c in q["float_rewrites"]["changes"]}
+    assert {"NAF001", "NAF016"} <= applied  # 257-channel splits and the LSTM unrolled before quantizing
+    assert any("RANDOM" in w or "random" in w for w in r.warnings)
+    report = json.loads(r.report_path.read_text())
+    assert set(report["quantization"]) >= {"calibration", "outputs", "worst_tensors"}
+
+
+def test_calibration_from_an_npz_folder(tmp_path):
+    model = _copy(tmp_path, "classifier_softmax_float")
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    rng = np.random.default_rng(1)
+    for i in range(5):
+        np.savez(calib / f"s{i}.npz", image=rng.random((1, 3, 64, 64), dtype=np.float32))
+    r = fix(model, FixOptions(quantize=True, calib=CalibrationOptions(path=str(calib)), dry_run=True))
+    assert r.quantization["calibration"] == "npz" and r.quantization["samples"] == 5
+    assert not any("random" in w.lower() for w in r.warnings)
+
+
+def test_uint8_model_converted_exactly_and_fixed(tmp_path):
+    r = fix(_copy(tmp_path, "uint8_default_quant"), FixOptions(quantize=True))
+    assert r.written and r.verified
+    assert not [f for f in r.final.findings if f.constraint == "int8_activations"]
+    assert any(f.constraint == "int8_activations" for f in r.before.findings)
+    (out,) = r.quantization["outputs"]
+    assert out["max_abs_error"] == 0.0  # activations shifted by 128 with the same scale: exact
+    assert r.final.estimate.sw_epochs == 0
+
+
+def test_input_channel_split_applies_to_qdq_models_with_accuracy(tmp_path):
+    p = tmp_path / "cin257.onnx"
+    onnx.save(build("channels.conv_in", {"cin": 257, "qdq": True}), str(p))
+    plain = fix(p, FixOptions(select=("NAF002",), dry_run=True))
+    assert not plain.engine.changes and "nafix --quantize" in plain.engine.near_misses[0].reason
+    r = fix(p, FixOptions(select=("NAF002",), quantize=True, dry_run=True))
+    changes = r.quantization["float_rewrites"]["changes"]
+    assert [c["rule"] for c in changes] == ["NAF002"] and "136 + 121" in changes[0]["detail"]
+    (out,) = r.quantization["outputs"]
+    assert 0.999 <= out["cosine"] < 1.0 or out["max_abs_error"] > 0  # reported, and it did change numerics
+    assert float_islands(r.engine.model) == []
+
+
+def test_calib_without_quantize_is_a_usage_error(tmp_path, capsys):
+    p = _copy(tmp_path, "classifier_softmax_float")
+    with pytest.raises(SystemExit) as exc:
+        main(["fix", str(p), "--calib", str(tmp_path)])
+    assert exc.value.code == 2 and "--calib needs --quantize" in capsys.readouterr().err
