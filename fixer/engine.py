@@ -157,7 +157,8 @@ def run_engine(
                     continue
                 claimed |= neighbourhood | {n.name for n in ed.created}
                 result.changes.append(Change(rule.id, node.name, node.op, res.detail,
-                                             tuple(n.name for n in ed.created), boundary, res.contract,
+                                             tuple(n.name for n in ed.created),
+                                             boundary if res.boundary else (), res.contract,
                                              tuple(region_in)))
                 result.io_changes.extend(res.io_changes)
                 changed += 1

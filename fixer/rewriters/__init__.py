@@ -24,7 +24,7 @@ from ..graph import Editor, GraphView
 from ..npu.placement import Placement
 from ..npu.profile import TargetProfile
 
-FAMILIES = ("channels", "resize", "qdq", "ops", "recurrent")
+FAMILIES = ("channels", "resize", "qdq", "ops", "requant", "recurrent")
 
 
 class NearMiss(Exception):
@@ -61,6 +61,9 @@ class RewriteResult:
     detail: str  # one sentence: "split 257 output channels into 144 + 113"
     io_changes: list[IoChange] = field(default_factory=list)
     contract: str | None = None  # overrides the rule's verify contract for this change (rare)
+    # False when the rewrite changes the representation of the tensor after the node (re-quantization):
+    # comparing integer codes there is meaningless, only the graph outputs are compared
+    boundary: bool = True
 
 
 Rewriter = Callable[[Match, Editor], RewriteResult]
