@@ -994,7 +994,6 @@ KNOWN_ERROR_PATTERNS: tuple[KnownErrorPattern, ...] = (
         fix="re-quantize activations to int8 (QDQ, activation_type=QInt8, per-channel int8 "
         "weights)",
         tag="3P",
-        rule="NAF014",
         option="--quantize",
     ),
     KnownErrorPattern(
@@ -1052,7 +1051,6 @@ KNOWN_ERROR_PATTERNS: tuple[KnownErrorPattern, ...] = (
         "SW as DequantizeLinear -> op -> QuantizeLinear",
         fix="quantize the float island (QDQ around the op)",
         tag="OBS",
-        rule="NAF015",
         option="--quantize",
     ),
     KnownErrorPattern(
