@@ -368,28 +368,25 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
         feeds = open_calibration(float_model, calib, model_name=name).take(min(8, calib.max_samples))
         acc = accuracy_report(model, quantized, feeds, calibration=q.calibration)
         info.update(acc.as_dict())
-    elif kind == "uint8":
-        conv = convert_uint8_to_int8(model, model_name=name)
-        quantized = conv.model
-        info["uint8_conversion"] = conv.as_dict()
-        info["calibration"] = "none"
-        warnings.extend(conv.warnings)
-        feeds = open_calibration(model, calib, model_name=name).take(min(8, calib.max_samples))
-        # the reference is itself quantized: per-tensor SQNR against it says nothing, outputs do
-        acc = accuracy_report(model, quantized, feeds, calibration="none", worst=0)
-        info.update(acc.as_dict())
-        if conv.exact:
-            info["note"] = "activations converted exactly (zero-point - 128, same scale)"
     else:
+        source = model
+        if kind == "uint8":
+            # uint8 activations -> int8 exactly (zero-point - 128, same scale), then as any QDQ model
+            conv = convert_uint8_to_int8(model, model_name=name)
+            info["uint8_conversion"] = conv.as_dict()
+            warnings.extend(conv.warnings)
+            if conv.exact:
+                info["note"] = "activations converted exactly (zero-point - 128, same scale)"
+            source = conv.model
         # Unroll recurrent ops inside the QDQ model first (float islands of NPU primitives), then
         # quantize the islands keeping every existing scale and zero-point.
         all_rules = load_rules(opts.rules_dirs)
         prep = [r for r in all_rules if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore]
         prep += _requantizing_variants(all_rules, opts.select)
-        pre_engine = run_engine(model, prep, profile=profile, options={}, max_rounds=opts.max_rounds)
+        pre_engine = run_engine(source, prep, profile=profile, options={}, max_rounds=opts.max_rounds)
         if pre_engine.changes:
             by_id = {r.id: r for r in prep}
-            v = verify(model, pre_engine.model, contract=loosest([by_id[r].verify for r in pre_engine.rules_applied]),
+            v = verify(source, pre_engine.model, contract=loosest([by_id[r].verify for r in pre_engine.rules_applied]),
                        rules=pre_engine.rules_applied, seed=opts.seed, samples=opts.samples)
             info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail}
                                                   for c in pre_engine.changes], "verification": v.as_dict()}
@@ -400,11 +397,12 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
                                         "verification; nothing written.")
             model_in = pre_engine.model
         else:
-            model_in = model
+            model_in = source
         res = requantize_islands(model_in, calib=calib, model_name=name, profile=profile)
         quantized = res.model
         info.update(res.as_dict() if hasattr(res, "as_dict") else {"calibration": res.calibration})
         feeds = open_calibration(model, calib, model_name=name).take(min(8, calib.max_samples))
+        # the reference is itself quantized: per-tensor SQNR against it says nothing, outputs do
         acc = accuracy_report(model, quantized, feeds, calibration=res.calibration, worst=0)
         if res.calibration == "none":
             info["calibration"] = "none"  # no island needed onnxruntime: nothing was calibrated

@@ -83,3 +83,35 @@ def test_calib_without_quantize_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["fix", str(p), "--calib", str(tmp_path)])
     assert exc.value.code == 2 and "--calib needs --quantize" in capsys.readouterr().err
+
+
+def test_the_denoiser_quantized_with_onnxruntime_defaults_is_converted_and_fixed(tmp_path):
+    """The float sample (a) quantized by onnxruntime's defaults (uint8 activations, which stedgeai
+    rejects): --quantize converts it to int8, quantizes the float LSTM island and fixes the rest."""
+    from onnxruntime.quantization import CalibrationDataReader, quantize
+    from onnxruntime.quantization import get_qdq_config as qdq_config
+
+    src = SAMPLES / "denoiser_257_float.onnx"
+    rng = np.random.default_rng(0)
+    data = [{"spec": np.abs(rng.standard_normal((1, 257, 1, 8))).astype(np.float32)} for _ in range(4)]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(data)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    default_q = tmp_path / "denoiser_ort_default.onnx"
+    quantize(str(src), str(default_q), qdq_config(onnx.load(str(src)), Reader()))
+    m = onnx.load(str(default_q))
+    m.ir_version = min(m.ir_version, 10)
+    onnx.save(m, str(default_q))
+    r = fix(default_q, FixOptions(quantize=True))
+    assert any(f.constraint == "int8_activations" for f in r.before.findings)
+    assert r.quantization["input_kind"] == "uint8" and r.written and r.verified
+    out = onnx.load(str(r.output))
+    assert not [f for f in r.final.findings if f.constraint == "int8_activations"]
+    assert float_islands(out) == []
+    assert r.final.estimate.sw_epochs == 0
+    assert all(o["cosine"] >= 0.99 for o in r.quantization["outputs"])
