@@ -330,6 +330,21 @@ def _kernel(node: gs.Node, ctx: PlacementContext, failing: Iterable[Reason]) -> 
     return "float"
 
 
+EDGE_QUANTIZE = ("The graph input should already be int8: a QuantizeLinear on a float graph input runs in SW "
+                 "(give the model an int8 input and quantize in the application, or let stedgeai convert it).")
+EDGE_DEQUANTIZE = ("Graph outputs should stay int8: a trailing DequantizeLinear runs in SW (drop it and "
+                   "dequantize in the application).")
+ISLAND_Q = ("Quantized ops must stay int8 end to end: a QuantizeLinear after an op that runs in float is a SW "
+            "epoch of its own.")
+ISLAND_DQ = ("Quantized ops must stay int8 end to end: a DequantizeLinear feeding an op that runs in float is a "
+             "SW epoch of its own.")
+
+
+def _conversion(node: gs.Node, cid: str, requirement: str, detail: str, role: str) -> NodePlacement:
+    """A QuantizeLinear/DequantizeLinear that runs as a SW epoch (seen in real reports: OBS)."""
+    return NodePlacement(node.name, node.op, SW, (Reason(cid, requirement, detail, "OBS"),), kernel="float", role=role)
+
+
 def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlacement]) -> NodePlacement:
     view = ctx.view
     label = node_label(node)
@@ -339,22 +354,12 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
     if node.op == "QuantizeLinear":
         src = view.source(x)
         if src is None and view.is_graph_input(view.source_tensor(x)) or src is not None and src.op == "Transpose" and _float_prologue(src, view):
-            r = Reason(
-                "graph_edge_quantize",
-                "The graph input should already be int8: a QuantizeLinear on a float graph input runs in SW "
-                "(give the model an int8 input and quantize in the application, or let stedgeai convert it).",
-                f"'{label}' quantizes the float graph input '{_prologue_input(x, view).name}'",
-                "OBS",
-            )
-            return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="graph-input conversion")
+            return _conversion(node, "graph_edge_quantize", EDGE_QUANTIZE,
+                               f"'{label}' quantizes the float graph input '{_prologue_input(x, view).name}'",
+                               "graph-input conversion")
         if src is not None and src.name in placed and placed[src.name].unit == SW and placed[src.name].kernel == "float":
-            r = Reason(
-                "float_island",
-                "Quantized ops must stay int8 end to end: a QuantizeLinear after an op that runs in float is a SW epoch of its own.",
-                f"'{label}' re-quantizes the output of float SW op '{src.name}'",
-                "OBS",
-            )
-            return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="conversion")
+            return _conversion(node, "float_island", ISLAND_Q,
+                               f"'{label}' re-quantizes the output of float SW op '{src.name}'", "conversion")
         return NodePlacement(node.name, node.op, FOLDED, role="quantization (folded)")
     # DequantizeLinear
     float_users = []
@@ -365,21 +370,12 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
         elif c.name in placed and placed[c.name].unit == SW and placed[c.name].kernel == "float":
             float_users.append(c.name)
     if to_output:
-        r = Reason(
-            "graph_edge_dequantize",
-            "Graph outputs should stay int8: a trailing DequantizeLinear runs in SW (drop it and dequantize in the application).",
-            f"'{label}' dequantizes into the graph output",
-            "OBS",
-        )
-        return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="graph-output conversion")
+        return _conversion(node, "graph_edge_dequantize", EDGE_DEQUANTIZE,
+                           f"'{label}' dequantizes into the graph output", "graph-output conversion")
     if float_users:
-        r = Reason(
-            "float_island",
-            "Quantized ops must stay int8 end to end: a DequantizeLinear feeding an op that runs in float is a SW epoch of its own.",
-            f"'{label}' feeds float SW op(s) {', '.join(repr(u) for u in float_users[:2])}",
-            "OBS",
-        )
-        return NodePlacement(node.name, node.op, SW, (r,), kernel="float", role="conversion")
+        return _conversion(node, "float_island", ISLAND_DQ,
+                           f"'{label}' feeds float SW op(s) {', '.join(repr(u) for u in float_users[:2])}",
+                           "conversion")
     return NodePlacement(node.name, node.op, FOLDED, role="dequantization (folded)")
 
 
