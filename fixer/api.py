@@ -322,7 +322,7 @@ QUANT_MIN_COSINE = 0.99
 
 
 def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfile, warnings: list[str],
-                    on_round) -> tuple:
+                    on_round, on_calibration=None) -> tuple:
     """--quantize: float model -> float rewrites (verified) -> onnxruntime quantization; uint8 model ->
     exact int8 conversion; QDQ model with float islands -> islands quantized keeping every existing
     scale and zero-point. Returns (quantized model, the float-stage engine result, report dict)."""
@@ -361,7 +361,7 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
                     f"{name}: the float rewrites before quantization failed verification (rules "
                     f"{', '.join(pre_engine.rules_applied)}); nothing written.")
             float_model = pre_engine.model
-        q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile)
+        q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile, progress=on_calibration)
         quantized = q.model
         info.update(q.as_dict())
         warnings.extend(q.warnings)
@@ -398,7 +398,7 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
             model_in = pre_engine.model
         else:
             model_in = source
-        res = requantize_islands(model_in, calib=calib, model_name=name, profile=profile)
+        res = requantize_islands(model_in, calib=calib, model_name=name, profile=profile, progress=on_calibration)
         quantized = res.model
         info.update(res.as_dict() if hasattr(res, "as_dict") else {"calibration": res.calibration})
         feeds = open_calibration(model, calib, model_name=name).take(min(8, calib.max_samples))
@@ -451,7 +451,8 @@ def _quant_kind(model) -> str:
 
 def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         on_round: Callable[[int, int], None] | None = None,
-        on_compile_line: Callable[[str, str], None] | None = None) -> FixResult:
+        on_compile_line: Callable[[str, str], None] | None = None,
+        on_calibration: Callable[[int, int], None] | None = None) -> FixResult:
     """Rewrite NPU-unfriendly patterns, verify equivalence, and (unless a dry run) write the results."""
     import onnx
 
@@ -481,7 +482,7 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     pre_engine = None
     quant_info = None
     if opts.quantize:
-        reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round)
+        reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round, on_calibration)
     engine = run_engine(reference, rules, profile=profile,
                         options={"input_type": opts.input_type}, max_rounds=opts.max_rounds, on_round=on_round)
     rules_by_id = {r.id: r for r in rules}

@@ -199,7 +199,9 @@ def fix_cmd(
             from .errors import UsageError
 
             raise UsageError("--calib needs --quantize.")
-        result = fix(model, opts, on_compile_line=_stream_line if fmt == OutFormat.table else None)
+        with _calibration_progress(quantize and err.is_terminal) as on_calibration:
+            result = fix(model, opts, on_compile_line=_stream_line if fmt == OutFormat.table else None,
+                         on_calibration=on_calibration)
     except NafixError as exc:
         _fail(exc)
     if fmt == OutFormat.json:
@@ -415,6 +417,29 @@ def _emit(text: str, output: Optional[Path]) -> None:
 
     atomic_write_text(output, text)
     err.print(Text(f"wrote {output}"), highlight=False)
+
+
+class _calibration_progress:
+    """A progress bar on stderr while onnxruntime calibrates (only on a terminal)."""
+
+    def __init__(self, show: bool):
+        self.show = show
+        self.prog = None
+
+    def __enter__(self):
+        if not self.show:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.prog = Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), console=err, transient=True)
+        self.prog.start()
+        task = self.prog.add_task("calibrating", total=None)
+        return lambda done, total: self.prog.update(task, completed=done, total=total)
+
+    def __exit__(self, *exc):
+        if self.prog is not None:
+            self.prog.stop()
+        return False
 
 
 def _run_with_progress(fn, show: bool):
