@@ -51,3 +51,20 @@ def test_console_script_finds_the_rules_outside_the_source_tree(tmp_path):
     proc = subprocess.run(cmd + ["rules"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "NAF001" in proc.stdout
+
+
+def test_readme_rule_example_loads_and_runs(tmp_path):
+    """The 'Writing a rule' example is a working rule file, as a user would copy it."""
+    from fixer.api import FixOptions, fix
+
+    text = (ROOT / "README.md").read_text()
+    block = text.split("### Writing a rule", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    rules = tmp_path / "myrules"
+    rules.mkdir()
+    (rules / "ACM001-pad-wide-convs.yaml").write_text(block)
+    model = tmp_path / "d.onnx"
+    shutil.copy(ROOT / "sample_models" / "denoiser_257.onnx", model)
+    r = fix(model, FixOptions(rules_dirs=(str(rules),), select=("ACM001",), dry_run=True))
+    assert {c.node for c in r.engine.changes} == {"conv_in", "conv_skip"}
+    assert all(c.rule == "ACM001" and "pad" in c.detail.lower() for c in r.engine.changes)
+    assert r.verified
