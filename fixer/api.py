@@ -622,6 +622,13 @@ def _compile_before_after(result: FixResult, copts: CompileOptions,
     def lines(label):
         return (lambda line: on_line(label, line)) if on_line else None
 
+    mem = result.before.memory
+    if not mem.fits_on_chip:
+        note = (f"estimated peak activations {mem.peak_activation_bytes / 1024:,.0f} KiB exceed the on-chip pools "
+                f"({mem.onchip_bytes / 1024:,.0f} KiB): expect external RAM use or 'left unallocated' errors")
+        result.warnings.append(note)
+        if on_line:
+            on_line("before", "nafix warning: " + note)
     before = compile_model(result.input, "before", copts, tool, analysis=result.before, on_line=lines("before"))
     after = None
     ok_to_compile = result.changed and (result.verified or result.written)

@@ -151,3 +151,12 @@ def test_explain_command_recognises_known_errors(tmp_path, capsys):
     assert {"gemm-dynamic-bias", "not-quantized"} <= codes
     fixes = " ".join(k["fix"] for k in data["known_errors"])
     assert "NAF011" in fixes
+
+
+def test_fix_compile_warns_before_compiling_when_activations_spill(tmp_path, capsys):
+    model = tmp_path / "big.onnx"
+    shutil.copy(ROOT / "sample_models" / "big_activations.onnx", model)
+    code, out, err = run(["fix", model, "--compile", "--stedgeai", FAKE, "--dry-run"], capsys)
+    assert "nafix warning: estimated peak activations" in err
+    first_tool_line = err.index("stedgeai (before): ST Edge AI Core") if "ST Edge AI Core" in err else len(err)
+    assert err.index("nafix warning") < first_tool_line
