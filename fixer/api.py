@@ -326,13 +326,11 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
     """--quantize: float model -> float rewrites (verified) -> onnxruntime quantization; uint8 model ->
     exact int8 conversion; QDQ model with float islands -> islands quantized keeping every existing
     scale and zero-point. Returns (quantized model, the float-stage engine result, report dict)."""
-    from .engine import run_engine
     from .quantize import (
         CalibrationOptions, accuracy_report, convert_uint8_to_int8, open_calibration, quantize_float_model,
         requantize_islands,
     )
     from .rules import load_rules, select_rules
-    from .verify import loosest, verify
 
     calib = opts.calib or CalibrationOptions(seed=opts.seed)
     model = loaded.model
@@ -345,22 +343,7 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
         rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore)
         extra = [r for r in load_rules(opts.rules_dirs) if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore
                  and r not in rules]
-        pre_engine = run_engine(model, rules + extra, profile=profile, options={"input_type": "int8"},
-                                max_rounds=opts.max_rounds, on_round=on_round)
-        float_model = model
-        if pre_engine.changes:
-            by_id = {r.id: r for r in rules + extra}
-            v = verify(model, pre_engine.model, contract=loosest([by_id[r].verify for r in pre_engine.rules_applied]),
-                       rules=pre_engine.rules_applied, seed=opts.seed, samples=opts.samples)
-            info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail}
-                                                  for c in pre_engine.changes], "verification": v.as_dict()}
-            if not v.ok:
-                from .errors import VerificationError
-
-                raise VerificationError(
-                    f"{name}: the float rewrites before quantization failed verification (rules "
-                    f"{', '.join(pre_engine.rules_applied)}); nothing written.")
-            float_model = pre_engine.model
+        pre_engine, float_model = _prep_rewrites(model, rules + extra, opts, profile, info, name, on_round)
         q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile, progress=on_calibration)
         quantized = q.model
         info.update(q.as_dict())
@@ -383,21 +366,7 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
         all_rules = load_rules(opts.rules_dirs)
         prep = [r for r in all_rules if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore]
         prep += _requantizing_variants(all_rules, opts.select)
-        pre_engine = run_engine(source, prep, profile=profile, options={}, max_rounds=opts.max_rounds)
-        if pre_engine.changes:
-            by_id = {r.id: r for r in prep}
-            v = verify(source, pre_engine.model, contract=loosest([by_id[r].verify for r in pre_engine.rules_applied]),
-                       rules=pre_engine.rules_applied, seed=opts.seed, samples=opts.samples)
-            info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail}
-                                                  for c in pre_engine.changes], "verification": v.as_dict()}
-            if not v.ok:
-                from .errors import VerificationError
-
-                raise VerificationError(f"{name}: unrolling {', '.join(pre_engine.rules_applied)} failed "
-                                        "verification; nothing written.")
-            model_in = pre_engine.model
-        else:
-            model_in = source
+        pre_engine, model_in = _prep_rewrites(source, prep, opts, profile, info, name, on_round)
         res = requantize_islands(model_in, calib=calib, model_name=name, profile=profile, progress=on_calibration)
         quantized = res.model
         info.update(res.as_dict() if hasattr(res, "as_dict") else {"calibration": res.calibration})
@@ -412,6 +381,28 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
         warnings.append(f"quantized output '{o['name']}' has cosine {o['cosine']:.4f} against the float model "
                         f"(below {QUANT_MIN_COSINE}); check the calibration data")
     return quantized, pre_engine, info
+
+
+def _prep_rewrites(model, rules, opts: FixOptions, profile: TargetProfile, info: dict, name: str, on_round):
+    """Run the rewrites that come before quantization and verify them against ``model`` under their
+    contracts; recorded in ``info['float_rewrites']``. Returns (engine result, model to quantize)."""
+    from .engine import run_engine
+    from .errors import VerificationError
+    from .verify import loosest, verify
+
+    pre = run_engine(model, rules, profile=profile, options={"input_type": "int8"}, max_rounds=opts.max_rounds,
+                     on_round=on_round)
+    if not pre.changes:
+        return pre, model
+    by_id = {r.id: r for r in rules}
+    v = verify(model, pre.model, contract=loosest([by_id[r].verify for r in pre.rules_applied]),
+               rules=pre.rules_applied, seed=opts.seed, samples=opts.samples)
+    info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail} for c in pre.changes],
+                              "verification": v.as_dict()}
+    if not v.ok:
+        raise VerificationError(f"{name}: the rewrites before quantization failed verification (rules "
+                                f"{', '.join(pre.rules_applied)}); nothing written.")
+    return pre, pre.model
 
 
 #: Rewrites of quantized ops that need new quantization parameters (the NAF002 partial sums): under
