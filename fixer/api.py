@@ -13,7 +13,7 @@ from .graph import GraphView
 from .model_io import LoadedModel, load_model
 from .npu.estimate import EpochEstimate, estimate_epochs
 from .npu.memory import MemoryEstimate, estimate_memory
-from .npu.placement import SW, Placement, Reason, place
+from .npu.placement import SW, Placement, Reason, is_oe_export, place
 from .npu.profile import TargetProfile, load_profile
 
 log = logging.getLogger(__name__)
@@ -472,8 +472,14 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     reference = loaded.model  # what the rule rewrites are verified against
     pre_engine = None
     quant_info = None
-    if opts.quantize:
+    if opts.quantize and is_oe_export(loaded.model):
+        warnings.append("--quantize skipped: this is ST's own export (producer Cube.AI, *_OE_*), already "
+                        "quantized by ST's front end with its parameters in a side _Q.json")
+    elif opts.quantize:
+        from .model_io import refresh_shapes
+
         reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round, on_calibration)
+        reference = refresh_shapes(reference)  # types and shapes of the tensors quantization added
     engine = run_engine(reference, rules, profile=profile,
                         options={"input_type": opts.input_type}, max_rounds=opts.max_rounds, on_round=on_round)
     rules_by_id = {r.id: r for r in rules}

@@ -70,6 +70,14 @@ class GraphView:
         return self.graph.nodes
 
     @cached_property
+    def opset(self) -> int:
+        """The model's default-domain opset (what the ops nafix builds may use)."""
+        for imp in self.model.opset_import:
+            if imp.domain in ("", "ai.onnx"):
+                return int(imp.version)
+        return 0
+
+    @cached_property
     def by_name(self) -> dict[str, gs.Node]:
         return {n.name: n for n in self.graph.nodes}
 

@@ -284,7 +284,14 @@ def verify(
     both = _tensor_names(original) & _tensor_names(fixed)
     boundaries = [b for b in boundaries if b.tensor in both and b.tensor not in orig_names]
     extra = sorted({b.tensor for b in boundaries})
-    s_orig, s_fix = session(_with_outputs(original, extra)), session(_with_outputs(fixed, extra))
+    s_orig = session(_with_outputs(original, extra))
+    try:
+        s_fix = session(_with_outputs(fixed, extra))
+    except Exception as exc:  # noqa: BLE001 - a rewrite that onnxruntime rejects fails the gate, not nafix
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
+                            f"the rewritten model does not load in onnxruntime: {first}")
+        return Verification(False, contract, list(rules), [check], src, len(feeds))
     in_changes = {c.name: c for c in io_changes if c.kind == "input"}
     out_changes = {c.name: c for c in io_changes if c.kind == "output"}
     names = [o.name for o in s_orig.get_outputs() if o.name not in extra]

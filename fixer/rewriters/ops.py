@@ -279,6 +279,9 @@ def _bn_as_depthwise(view, ed, bn, k, b, dq, shape) -> RewriteResult:
     spatial = max(rank - 2, 1)
     wshape = [C, 1] + [1] * spatial
     if dq is not None:
+        if view.opset < 13:
+            raise NearMiss(f"{_q(bn)}: a quantized depthwise replacement needs per-channel DequantizeLinear "
+                           f"(opset 13+); the model uses opset {view.opset}.")
         wq, sw, bq, sb = _int8_affine(k, b, dq[1])
         if np.any(np.abs(bq) > 2**31 - 1):
             raise NearMiss(f"{_q(bn)}'s shift does not fit an int32 bias at the input scale {dq[1]:.3g}.")
