@@ -18,6 +18,7 @@ The model works on the ONNX graph stedgeai would read:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable
 
 import numpy as np
@@ -70,7 +71,7 @@ class Placement:
     profile: str
     model_findings: list[Reason] = field(default_factory=list)
 
-    @property
+    @cached_property
     def by_name(self) -> dict[str, NodePlacement]:
         return {n.name: n for n in self.nodes}
 
