@@ -8,9 +8,25 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 
 IR_VERSION = 8
 CALIB_SAMPLES = 8
+
+
+class GraphParts:
+    """Nodes, initializers and graph inputs/outputs collected by a builder, with a seeded generator."""
+
+    def __init__(self, family_seed: int, seed: int):
+        self.rng = np.random.default_rng([family_seed, seed])
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.inputs: list[onnx.ValueInfoProto] = []
+        self.outputs: list[onnx.ValueInfoProto] = []
+
+    def const(self, name: str, value: np.ndarray) -> str:
+        self.inits.append(onnx.numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
 
 
 def infer(m: onnx.ModelProto, *, data_prop: bool = False) -> onnx.ModelProto:

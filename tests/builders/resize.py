@@ -13,27 +13,20 @@ from typing import Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
+
+from tests.builders.common import GraphParts, infer, quantize_st
 
 OPSET = 17
-from tests.builders.common import infer, quantize_st
 
 IR_VERSION = 8
 SEED = 20250603
 CALIB_SAMPLES = 8
 
 
-class _G:
+class _G(GraphParts):
     def __init__(self, seed: int):
-        self.rng = np.random.default_rng([SEED, seed])
-        self.nodes: list[onnx.NodeProto] = []
-        self.inits: list[onnx.TensorProto] = []
-        self.inputs: list[onnx.ValueInfoProto] = []
-        self.outputs: list[onnx.ValueInfoProto] = []
-
-    def const(self, name: str, value: np.ndarray) -> str:
-        self.inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
-        return name
+        super().__init__(SEED, seed)
 
     def conv(self, name: str, x: str, cin: int, cout: int, k: int) -> str:
         std = float(np.sqrt(2.0 / (cin * k * k)))
