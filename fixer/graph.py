@@ -163,8 +163,9 @@ class GraphView:
             p = self.producer(t)
         return t
 
-    def sinks(self, t: gs.Tensor) -> Iterator[tuple[gs.Node | None, gs.Tensor]]:
-        """Consumers of ``t`` looking forward through data-movement ops; ``(None, t)`` for graph outputs."""
+    def sinks(self, t: gs.Tensor, through: frozenset[str] = MOVEMENT_OPS) -> Iterator[tuple[gs.Node | None, gs.Tensor]]:
+        """Consumers of ``t`` looking forward through ``through`` ops (data movement by default);
+        ``(None, t)`` for graph outputs."""
         stack = [t]
         seen: set[str] = set()
         while stack:
@@ -175,7 +176,7 @@ class GraphView:
             if self.is_graph_output(cur):
                 yield None, cur
             for c in cur.outputs:
-                if c.op in MOVEMENT_OPS:
+                if c.op in through:
                     stack.extend(c.outputs)
                 else:
                     yield c, cur

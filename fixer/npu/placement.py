@@ -366,9 +366,7 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
     float_users = []
     to_output = _feeds_graph_output(node.outputs[0], view)
     for c, t in view.sinks(node.outputs[0]):
-        if c is None:
-            to_output = True
-        elif c.name in placed and placed[c.name].unit == SW and placed[c.name].kernel == "float":
+        if c is not None and c.name in placed and placed[c.name].unit == SW and placed[c.name].kernel == "float":
             float_users.append(c.name)
     if to_output:
         return _conversion(node, "graph_edge_dequantize", EDGE_DEQUANTIZE,
@@ -383,18 +381,7 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
 def _feeds_graph_output(t: gs.Tensor, view: GraphView) -> bool:
     """True when ``t`` reaches a graph output through data movement or Transpose only (the float
     epilogue of a graph output)."""
-    stack, seen = [t], set()
-    while stack:
-        cur = stack.pop()
-        if cur.name in seen:
-            continue
-        seen.add(cur.name)
-        if view.is_graph_output(cur):
-            return True
-        for c in cur.outputs:
-            if c.op in MOVEMENT_OPS or c.op == "Transpose":
-                stack.extend(c.outputs)
-    return False
+    return any(c is None for c, _ in view.sinks(t, through=MOVEMENT_OPS | {"Transpose"}))
 
 
 def _prologue_input(t: gs.Tensor, view: GraphView) -> gs.Tensor:
