@@ -1,0 +1,97 @@
+"""Builders for issue 11's tests (never worse, compilable, noise-floor gate) and NAF014/NAF015 cases.
+
+Deterministic (seeded), opset 17, IR version 8, static shapes. QDQ models are quantized the "ST
+way" with onnxruntime's ``quantize_static`` (tests.builders.common.quantize_st); where onnxruntime
+drops an activation into the QuantizeLinear range, ``keep_relu`` puts it back between the op and
+its QuantizeLinear (Conv -> Relu -> QuantizeLinear, as TFLite-converted and hand-written QDQ models
+have it).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from tests.builders.common import GraphParts, infer, quantize_st
+
+OPSET = 17
+IR_VERSION = 8
+SEED = 20251123
+
+
+class _Net(GraphParts):
+    def __init__(self, seed: int):
+        super().__init__(SEED, seed)
+
+    def weight(self, name: str, shape, std: float | None = None) -> str:
+        if std is None:
+            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+            std = float(np.sqrt(2.0 / max(fan_in, 1)))
+        return self.const(name, (self.rng.standard_normal(shape) * std).astype(np.float32))
+
+    def node(self, op: str, name: str, inputs, **attrs) -> str:
+        self.nodes.append(helper.make_node(op, list(inputs), [name], name=name, **attrs))
+        return name
+
+    def model(self, name: str, inp: tuple[str, list[int]], outs: list[str]) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, [helper.make_tensor_value_info(inp[0], TensorProto.FLOAT, inp[1])],
+                                  [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
+                                  initializer=self.inits)
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="nafix-tests")
+        m.ir_version = IR_VERSION
+        return infer(m)
+
+
+def _qdq(m: onnx.ModelProto, seed: int) -> onnx.ModelProto:
+    return infer(quantize_st(m, np.random.default_rng([SEED, seed, 1])))
+
+
+def _restore_relus(q: onnx.ModelProto, convs: list[str]) -> onnx.ModelProto:
+    """Put a Relu back between each named Conv and the QuantizeLinear onnxruntime gave it."""
+    nodes = list(q.graph.node)
+    out: list[onnx.NodeProto] = []
+    for n in nodes:
+        out.append(n)
+        if n.op_type == "Conv" and n.name in convs:
+            y = n.output[0]
+            r = y + "_relu"
+            for c in nodes:
+                if c.op_type == "QuantizeLinear" and c.input[0] == y:
+                    c.input[0] = r
+            out.append(helper.make_node("Relu", [y], [r], name=n.name + "_relu"))
+    del q.graph.node[:]
+    q.graph.node.extend(out)
+    return infer(q)
+
+
+def conv_chain(widths=(16, 257, 32), cin: int = 8, hw=(6, 6), qdq: bool = True, keep_relu: bool = True,
+               seed: int = 1, float_reader: bool = False) -> onnx.ModelProto:
+    """x[1,cin,H,W] -> len(widths) x (3x3 Conv + Relu) -> output ``y``. With ``qdq`` and ``keep_relu``
+    every Conv reads Conv -> Relu -> QuantizeLinear (else onnxruntime's Conv -> QuantizeLinear).
+    ``float_reader``: the widest layer's Relu output is also read in float by a Sigmoid (output ``z``),
+    so its chunks could not be quantized before their Concat."""
+    g = _Net(seed)
+    t = "x"
+    c = cin
+    for i, w in enumerate(widths):
+        y = g.node("Conv", f"conv{i}", [t, g.weight(f"w{i}", (w, c, 3, 3)), g.weight(f"b{i}", (w,), 0.1)],
+                   kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+        t = g.node("Relu", f"relu{i}", [y]) if i < len(widths) - 1 else y
+        c = w
+    g.nodes[-1].output[0] = "y"
+    g.nodes[-1].name = "conv_last"
+    m = g.model("conv_chain", ("x", [1, cin, *hw]), ["y"])
+    if not qdq:
+        return m
+    q = _qdq(m, seed)
+    if keep_relu:
+        q = _restore_relus(q, [f"conv{i}" for i in range(len(widths) - 1)])
+    if float_reader:
+        wide = f"conv{int(np.argmax(widths))}"
+        conv_out = next(n.output[0] for n in q.graph.node if n.name == wide)
+        relu = next(n for n in q.graph.node if n.op_type == "Relu" and n.input[0] == conv_out)
+        q.graph.node.append(helper.make_node("Sigmoid", [relu.output[0]], ["z"], name="sig"))
+        q.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
+        q = infer(q)
+    return q
