@@ -401,7 +401,7 @@ def rules_cmd(
                 from .rules import _suggest
 
                 raise UsageError(f"unknown rule '{rule_id}'{_suggest(rule_id, [r.id for r in loaded] + [r.name for r in loaded])}.")
-            text = rule_markdown(match).split("\n", 6)[-1]
+            text = rule_markdown(match).split("\n", 10)[-1]
             sys.stdout.write(text)
             return
     except NafixError as exc:

@@ -269,8 +269,12 @@ def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetPro
     """One pass of every rule over ``view`` (whose graph it edits in place)."""
     att = _Attempt(view)
     claimed: set[str] = set()
-    for rule in rules:
+    # a whole-model rewriter (uint8 -> int8) runs first and, when it applies, alone in its round
+    ordered = sorted(rules, key=lambda r: not REWRITERS[r.rewriter].whole_model)
+    for rule in ordered:
         rw = REWRITERS[rule.rewriter]
+        if rw.whole_model and att.changes:
+            break
         for node in list(view.nodes):
             if node.op not in rule.ops or node.name in claimed or not node.outputs:
                 continue
@@ -308,6 +312,8 @@ def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetPro
             att.changes.append(Change(rule.id, label, op, res.detail, tuple(n.name for n in ed.created),
                                       boundary if res.boundary else (), res.contract, tuple(region_in)))
             att.io_changes.extend(res.io_changes)
+            if rw.whole_model:
+                return att
     return att
 
 

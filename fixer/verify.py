@@ -311,12 +311,14 @@ def verify(
             if k not in fixed_inputs:
                 continue
             ch = in_changes.get(k)
-            ffeed[k] = quantize_like_ort(v, _scalar(ch.scale), _scalar(ch.zero_point), ch.dtype) if ch else v
+            ffeed[k] = _edge_in(v, ch) if ch else v
         got = s_fix.run(names + extra, ffeed)
         for n, r, g in zip(names + extra, ref, got):
             ch = out_changes.get(n)
             if ch is not None:
-                g = dequantize(g, _scalar(ch.scale), _scalar(ch.zero_point))
+                g = _edge_out(g, ch)
+            elif n in extra:
+                r = _as_int8_if_shifted(r, np.asarray(g).dtype.type)
             acc[n].append((np.asarray(r), np.asarray(g)))
     def flat(n):
         a = np.concatenate([r.reshape(-1) for r, _ in acc[n]]) if acc[n] else np.zeros(0)
@@ -387,12 +389,44 @@ def _isolated_boundaries(original, fixed, boundaries, feeds, in_changes) -> dict
         need = [i.name for i in sess.get_inputs()]
         if any(n not in captured[0] for n in need):
             continue
+        want = {i.name: NP_TYPES.get(i.type) for i in sess.get_inputs()}
         ref, got = [], []
-        for vals in captured:
-            ref.append(np.asarray(vals[b.tensor]).reshape(-1))
-            got.append(np.asarray(sess.run([b.tensor], {n: vals[n] for n in need})[0]).reshape(-1))
+        try:
+            for vals in captured:
+                feed = {n: _as_int8_if_shifted(vals[n], want[n]) for n in need}
+                if any(k in in_changes for k in feed):
+                    feed = {k: _edge_in(v, in_changes[k]) if k in in_changes else v for k, v in feed.items()}
+                g = np.asarray(sess.run([b.tensor], feed)[0])
+                ref.append(_as_int8_if_shifted(np.asarray(vals[b.tensor]), g.dtype.type).reshape(-1))
+                got.append(g.reshape(-1))
+        except Exception:  # noqa: BLE001 - a region onnxruntime cannot run alone: whole-model comparison
+            continue
         out[b.tensor] = (np.concatenate(ref), np.concatenate(got))
     return out
+
+
+def _as_int8_if_shifted(v: np.ndarray, want) -> np.ndarray:
+    """An original uint8 tensor where the rewritten model has int8 (NAF014 shifted it by -128)."""
+    v = np.asarray(v)
+    if v.dtype == np.uint8 and want is np.int8:
+        return (v.astype(np.int16) - 128).astype(np.int8)
+    return v
+
+
+def _edge_in(v: np.ndarray, ch: IoChange) -> np.ndarray:
+    """What the application feeds a graph input whose type changed: float quantized with the recorded
+    parameters, or a uint8 input shifted to int8 (x - 128)."""
+    if ch.was == "uint8" and ch.dtype == "int8":
+        return (np.asarray(v).astype(np.int16) - 128).astype(np.int8)
+    return quantize_like_ort(v, _scalar(ch.scale), _scalar(ch.zero_point), ch.dtype)
+
+
+def _edge_out(g: np.ndarray, ch: IoChange) -> np.ndarray:
+    """A changed graph output brought back to what the original produced: dequantized, or an int8
+    output that was uint8 shifted back (y + 128)."""
+    if ch.was == "uint8" and ch.dtype == "int8":
+        return (np.asarray(g).astype(np.int16) + 128).astype(np.uint8)
+    return dequantize(g, _scalar(ch.scale), _scalar(ch.zero_point))
 
 
 def _tensor_names(model: onnx.ModelProto) -> set[str]:

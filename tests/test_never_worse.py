@@ -138,3 +138,50 @@ def test_extend_select_on_the_command_line_keeps_the_output_split(tmp_path, caps
     assert code == 0, err
     assert "NAF002" in data["rules_run"] and "NAF001" in data["rules_run"]
     assert any(c["rule"] == "NAF001" for c in data["changes"])
+
+
+def _uint8_qdq(model: onnx.ModelProto) -> list[str]:
+    inits = {t.name: t for t in model.graph.initializer}
+    bad = []
+    for n in model.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2 and n.input[2] in inits:
+            if inits[n.input[2]].data_type == onnx.TensorProto.UINT8:
+                bad.append(n.name)
+    return bad
+
+
+def _edge_types(model: onnx.ModelProto) -> set[int]:
+    return {v.type.tensor_type.elem_type for v in list(model.graph.input) + list(model.graph.output)}
+
+
+@pytest.mark.parametrize("source", ["sample", "uint8_edges"])
+def test_uint8_model_default_fix_is_int8_everywhere_and_bit_exact(tmp_path, source):
+    src = tmp_path / "u8.onnx"
+    if source == "sample":
+        shutil.copy(SAMPLES / "uint8_default_quant.onnx", src)
+    else:
+        onnx.save(builders.uint8_edges(maxpool=True), str(src))
+    original = onnx.load(str(src))
+    assert _uint8_qdq(original)
+    r = fix(src, FixOptions())
+    assert "NAF014" in r.engine.rules_applied and r.written and r.verified
+    assert r.verification.contract.contract == "exact"
+    assert all(o.max_abs_error == 0 for o in r.verification.outputs)
+    out = onnx.load(str(r.output))
+    assert _uint8_qdq(out) == []
+    assert _edge_types(out) == {onnx.TensorProto.INT8}
+    assert not r.compile_errors
+    assert r.final.estimate.sw_epochs <= r.before.estimate.sw_epochs
+
+
+def test_a_compile_error_left_in_the_written_model_exits_1_in_one_line(tmp_path, capsys):
+    src = tmp_path / "u8.onnx"
+    shutil.copy(SAMPLES / "uint8_default_quant.onnx", src)
+    code, out, err = _run_cli([src, "--ignore", "NAF014", "-o", tmp_path / "a.onnx"], capsys)
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert code == 1 and len(lines) == 1, err
+    assert "make stedgeai fail" in lines[0] and "int8_activations" in lines[0]
+    code, out, err = _run_cli([src, "--ignore", "NAF014", "--fail-on", "never", "-o", tmp_path / "b.onnx"], capsys)
+    assert code == 0 and "error:" not in err
+    code, out, err = _run_cli([src, "-o", tmp_path / "c.onnx"], capsys)  # NAF014 fixes it: exit 0
+    assert code == 0, err

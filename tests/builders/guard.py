@@ -95,3 +95,57 @@ def conv_chain(widths=(16, 257, 32), cin: int = 8, hw=(6, 6), qdq: bool = True, 
         q.graph.output.append(helper.make_tensor_value_info("z", TensorProto.FLOAT, None))
         q = infer(q)
     return q
+
+
+# ------------------------------------------------------------------------------------------------
+# NAF014: uint8 activations
+# ------------------------------------------------------------------------------------------------
+
+
+def uint8_edges(maxpool: bool = True, asym_weights: bool = False, seed: int = 3) -> onnx.ModelProto:
+    """A hand-made uint8 QDQ model with uint8 graph edges: x (uint8) -> DequantizeLinear -> Conv
+    (int8 symmetric weights, or uint8 asymmetric with ``asym_weights``) -> Relu -> QuantizeLinear
+    (uint8) [-> MaxPool on the uint8 tensor -> DequantizeLinear -> QuantizeLinear(uint8)] -> output
+    ``y`` (uint8)."""
+    rng = np.random.default_rng([SEED, seed])
+    inits = []
+
+    def c(name, v):
+        inits.append(onnx.numpy_helper.from_array(np.asarray(v), name))
+        return name
+
+    w = rng.standard_normal((8, 4, 3, 3)).astype(np.float32) * 0.3
+    if asym_weights:
+        lo, hi = float(w.min()), float(w.max())
+        ws = (hi - lo) / 255
+        wz = int(round(-lo / ws))
+        wq = np.clip(np.rint(w / ws) + wz, 0, 255).astype(np.uint8)
+        wparams = [c("w_scale", np.float32(ws)), c("w_zp", np.uint8(wz))]
+    else:
+        ws = np.abs(w).max(axis=(1, 2, 3)) / 127
+        wq = np.clip(np.rint(w / ws[:, None, None, None]), -127, 127).astype(np.int8)
+        wparams = [c("w_scale", ws.astype(np.float32)), c("w_zp", np.zeros(8, np.int8))]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", c("x_scale", np.float32(0.02)), c("x_zp", np.uint8(128))],
+                         ["x_dq"], name="x_dq"),
+        helper.make_node("DequantizeLinear", [c("w_q", wq)] + wparams, ["w_dq"], name="w_dq",
+                         **({} if asym_weights else {"axis": 0})),
+        helper.make_node("Conv", ["x_dq", "w_dq", c("b", (rng.standard_normal(8) * 0.1).astype(np.float32))],
+                         ["conv"], name="conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["conv"], ["relu"], name="relu"),
+        helper.make_node("QuantizeLinear", ["relu", c("r_scale", np.float32(0.01)), c("r_zp", np.uint8(0))],
+                         ["relu_q" if maxpool else "y"], name="relu_q"),
+    ]
+    if maxpool:
+        nodes += [
+            helper.make_node("MaxPool", ["relu_q"], ["pool"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+            helper.make_node("DequantizeLinear", ["pool", "r_scale", "r_zp"], ["pool_dq"], name="pool_dq"),
+            helper.make_node("Sigmoid", ["pool_dq"], ["sig"], name="sig"),
+            helper.make_node("QuantizeLinear", ["sig", c("s_scale", np.float32(1 / 255)), c("s_zp", np.uint8(0))],
+                             ["y"], name="y_q"),
+        ]
+    graph = helper.make_graph(nodes, "uint8_edges", [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 4, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], initializer=inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="nafix-tests")
+    m.ir_version = IR_VERSION
+    return infer(m)
