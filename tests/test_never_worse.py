@@ -185,3 +185,17 @@ def test_a_compile_error_left_in_the_written_model_exits_1_in_one_line(tmp_path,
     assert code == 0 and "error:" not in err
     code, out, err = _run_cli([src, "-o", tmp_path / "c.onnx"], capsys)  # NAF014 fixes it: exit 0
     assert code == 0, err
+
+
+def test_tcn_dilated_depthwise_1d_bit_exact():
+    model = builders.tcn(dilations=(2, 4), qdq=True)
+    before = analyze_model(model, profile=PROFILE).estimate
+    res = run_engine(model, [RULES["NAF015"]], profile=PROFILE)
+    assert sorted(c.node for c in res.changes) == ["dw0", "dw1"]
+    out = {n.name: n for n in res.model.graph.node if n.op_type == "Conv"}
+    assert all(list(a.ints) == [1] for n in out.values() for a in n.attribute if a.name == "dilations")
+    checks = boundary_checks(res, change_contracts(res, RULES))
+    v = verify(model, res.model, contract=RULES["NAF015"].verify, rules=["NAF015"], samples=16, boundaries=checks)
+    assert v.ok and all(o.max_abs_error == 0 for o in v.outputs + v.boundaries)
+    after = analyze_model(res.model, profile=PROFILE).estimate
+    assert after.sw_epochs <= before.sw_epochs and after.epochs <= before.epochs

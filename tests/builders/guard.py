@@ -149,3 +149,40 @@ def uint8_edges(maxpool: bool = True, asym_weights: bool = False, seed: int = 3)
     m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="nafix-tests")
     m.ir_version = IR_VERSION
     return infer(m)
+
+
+# ------------------------------------------------------------------------------------------------
+# NAF015: dilated convolutions
+# ------------------------------------------------------------------------------------------------
+
+
+def tcn(dilations=(2, 4), channels: int = 16, length: int = 64, k: int = 3, qdq: bool = True,
+        seed: int = 5) -> onnx.ModelProto:
+    """A temporal conv net block stack: x[1,C,T] -> per dilation d: depthwise 1-D Conv (k, dilation d,
+    causal-style 'same' padding) -> Relu -> pointwise 1-D Conv -> Relu -> output ``y``."""
+    g = _Net(seed)
+    t = "x"
+    for i, d in enumerate(dilations):
+        p = (k - 1) * d // 2
+        t = g.node("Conv", f"dw{i}", [t, g.weight(f"dw{i}.w", (channels, 1, k)), g.weight(f"dw{i}.b", (channels,), 0.1)],
+                   kernel_shape=[k], dilations=[d], pads=[p, p], group=channels)
+        t = g.node("Relu", f"dw{i}_relu", [t])
+        t = g.node("Conv", f"pw{i}", [t, g.weight(f"pw{i}.w", (channels, channels, 1)), g.weight(f"pw{i}.b", (channels,), 0.1)],
+                   kernel_shape=[1])
+        t = g.node("Relu", f"pw{i}_relu", [t])
+    g.nodes[-1].output[0] = "y"
+    m = g.model("tcn", ("x", [1, channels, length]), ["y"])
+    return _qdq(m, seed) if qdq else m
+
+
+def dilated_conv2d(cin: int = 8, cout: int = 16, k: int = 3, dilations=(2, 2), group: int = 1, hw=(12, 12),
+                   strides=(1, 1), qdq: bool = True, seed: int = 6) -> onnx.ModelProto:
+    """x[1,cin,H,W] -> Conv(k x k, dilations, group, 'same' pads) -> Relu -> output ``y``."""
+    g = _Net(seed)
+    ph, pw = (k - 1) * dilations[0] // 2, (k - 1) * dilations[1] // 2
+    y = g.node("Conv", "conv", ["x", g.weight("w", (cout, cin // group, k, k)), g.weight("b", (cout,), 0.1)],
+               kernel_shape=[k, k], dilations=list(dilations), pads=[ph, pw, ph, pw], group=group,
+               strides=list(strides))
+    g.node("Relu", "y", [y])
+    m = g.model("dilated_conv2d", ("x", [1, cin, *hw]), ["y"])
+    return _qdq(m, seed) if qdq else m
