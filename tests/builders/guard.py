@@ -186,3 +186,26 @@ def dilated_conv2d(cin: int = 8, cout: int = 16, k: int = 3, dilations=(2, 2), g
     g.node("Relu", "y", [y])
     m = g.model("dilated_conv2d", ("x", [1, cin, *hw]), ["y"])
     return _qdq(m, seed) if qdq else m
+
+
+# ------------------------------------------------------------------------------------------------
+# the gate's noise floor
+# ------------------------------------------------------------------------------------------------
+
+
+def sparse_heatmaps(c: int = 8, hw=(12, 12), keypoints: int = 4, threshold: float = 2.5, seed: int = 7) -> onnx.ModelProto:
+    """A heatmap decoder with a sparse output, QDQ: x[1,c,H,W] -> Conv 3x3 + Relu -> bilinear Resize x2
+    (half_pixel) -> a smoothing 3x3 Conv (positive weights, as a decoder's blur) with a negative
+    bias -> Relu -> output ``heatmaps`` [1,keypoints,2H,2W], zero almost everywhere."""
+    g = _Net(seed)
+    t = g.node("Conv", "conv_in", ["x", g.weight("w_in", (c, c, 3, 3)), g.weight("b_in", (c,), 0.1)],
+               kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    t = g.node("Relu", "relu_in", [t])
+    t = g.node("Resize", "resize", [t, "", g.const("scales", np.array([1, 1, 2, 2], np.float32))], mode="linear",
+               coordinate_transformation_mode="half_pixel")
+    w = np.abs(g.rng.standard_normal((keypoints, c, 3, 3))).astype(np.float32) / (c * 9) * 4
+    t = g.node("Conv", "conv_out", [t, g.const("w_out", w), g.const("b_out", np.full(keypoints, -threshold, np.float32))],
+               kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    g.node("Relu", "heatmaps", [t])
+    m = g.model("sparse_heatmaps", ("x", [1, c, *hw]), ["heatmaps"])
+    return _qdq(m, seed)
