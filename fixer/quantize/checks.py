@@ -10,6 +10,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from ..analysis import analyze_model
 from .modelproto import _attr, _constants, _copy, _load_profile, _strip_initializer_inputs, _unique_names
 
 #: Weight input slots whose constants the NPU wants int8 symmetric per channel.
@@ -140,12 +141,10 @@ def _analysis_copy(model: onnx.ModelProto) -> onnx.ModelProto:
 def float_islands(model: onnx.ModelProto, *, profile=None) -> list[dict]:
     """Nodes nafix's placement puts in SW because something around them is not quantized.
 
-    Each entry: ``{"name", "op_type", "constraints", "reasons"}`` (from :func:`fixer.api.analyze_model`,
+    Each entry: ``{"name", "op_type", "constraints", "reasons"}`` (from :func:`fixer.analysis.analyze_model`,
     SW nodes failing ``quantized_activations``, ``params_quantized``, ``prelu_slope_quantized`` or
     marked ``float_island``).
     """
-    from ..api import analyze_model
-
     profile = _load_profile(profile)
     analysis = analyze_model(_analysis_copy(model), profile=profile)
     out = []

@@ -12,6 +12,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..analysis import analyze_model
 from ..errors import UsageError
 from .calibration import CalibrationOptions, Progress, _reader, open_calibration
 from .checks import _analysis_copy, check_npu_quantization, float_islands
@@ -78,8 +79,6 @@ def island_nodes(model: onnx.ModelProto, *, profile=None, exclude: Sequence[str]
     ``params_quantized`` or ``prelu_slope_quantized``, and SW ops with an int8 kernel that run the
     float kernel; restricted to op types onnxruntime can quantize (:func:`npu_op_types`).
     """
-    from ..api import analyze_model
-
     profile = _load_profile(profile)
     op_types, _ = npu_op_types(profile)
     ops = set(op_types)
