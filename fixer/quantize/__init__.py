@@ -24,9 +24,7 @@ output range) and the plumbing around onnxruntime:
 * :func:`symmetric_output_params`: zero-point 0 parameters covering an already calibrated range
   (for NAF013, the "scale-offset format" that blocked HW lowering).
 
-Images: PPM/PGM/PNM (netpbm) and uncompressed BMP are decoded in numpy (no dependency). PNG and
-JPEG need Pillow, which nafix does not depend on; it is imported only when such a file is found
-(``pip install pillow``). Each image is converted to the model input: resized to ``image_size``
+Images (PPM/PGM/PNM, BMP, PNG, JPEG) are decoded with Pillow. Each image is converted to the model input: resized to ``image_size``
 (default: the input's H, W) with ``bilinear`` (half-pixel centres) or ``nearest`` sampling, turned
 to 1 or 3 channels (luminance or replication), put in ``channel_order``, normalised as
 ``(pixel * scale - mean) / std`` and laid out as NCHW or NHWC (``auto``: channels 1 or 3 on axis 1
@@ -65,10 +63,7 @@ from .modelproto import (  # noqa: F401
 )
 from .calibration import (  # noqa: F401
     Progress,
-    NUMPY_IMAGE_SUFFIXES,
-    PILLOW_IMAGE_SUFFIXES,
     IMAGE_SUFFIXES,
-    PILLOW_HINT,
     CalibrationOptions,
     InputSpec,
     input_specs,
@@ -82,11 +77,7 @@ from .calibration import (  # noqa: F401
     _npz_sample,
     _check_array,
     _image_target,
-    _require_pillow,
     read_image,
-    _decode_pillow,
-    _decode_pnm,
-    _decode_bmp,
     resize_image,
     image_to_input,
     _per_channel,

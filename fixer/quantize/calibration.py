@@ -5,7 +5,7 @@ axis, folders of images, or seeded random data, and the readers that feed them.
 from __future__ import annotations
 
 import math
-import struct
+import io
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Mapping, Sequence
@@ -18,13 +18,8 @@ from .modelproto import _NP_OF_ELEM, _constants
 
 Progress = Callable[[int, int], None]
 
-NUMPY_IMAGE_SUFFIXES = (".ppm", ".pgm", ".pnm", ".bmp")
-
-PILLOW_IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
-
-IMAGE_SUFFIXES = NUMPY_IMAGE_SUFFIXES + PILLOW_IMAGE_SUFFIXES
-
-PILLOW_HINT = "install Pillow to calibrate from PNG/JPEG: pip install pillow"
+#: Calibration image types, all decoded by Pillow.
+IMAGE_SUFFIXES = (".ppm", ".pgm", ".pnm", ".bmp", ".png", ".jpg", ".jpeg")
 
 
 @dataclass(frozen=True)
@@ -224,8 +219,6 @@ def _folder_source(folder: Path, specs: list[InputSpec], calib: CalibrationOptio
         return CalibrationSource("npz", len(chosen), specs, gen_npz,
                                  description=f"{len(chosen)} .npz file(s) from {folder}", warnings=warnings)
     chosen = images[: calib.max_samples]
-    if any(f.suffix.lower() in PILLOW_IMAGE_SUFFIXES for f in chosen):
-        _require_pillow(next(f for f in chosen if f.suffix.lower() in PILLOW_IMAGE_SUFFIXES))
     spec, layout, size = _image_target(specs, calib, model_name, folder)
 
     def gen_img() -> Iterator[dict[str, np.ndarray]]:
@@ -344,134 +337,31 @@ def _image_target(specs: list[InputSpec], calib: CalibrationOptions, model_name:
     return spec, layout, (int(size[0]), int(size[1]))
 
 
-def _require_pillow(example: Path):
-    try:
-        from PIL import Image  # noqa: F401
-    except ImportError:
-        raise UsageError(f"{example}: {PILLOW_HINT} (nafix decodes only PPM/PGM/PNM and uncompressed BMP "
-                         "itself; or convert the images to PPM).") from None
-    from PIL import Image
-
-    return Image
-
-
 def read_image(path: str | Path) -> np.ndarray:
-    """Decode an image into an H x W x C float32 array of 0..255 values (C = 1 or 3, RGB order).
-
-    PPM/PGM/PNM and uncompressed BMP are decoded in numpy; PNG/JPEG (and compressed BMP) need Pillow.
-    """
+    """Decode an image with Pillow into an H x W x C float32 array of 0..255 values (C = 1 or 3, RGB
+    order). 16-bit grey images (PNG, PNM with any maxval) are scaled to 0..255."""
     p = Path(path)
     suffix = p.suffix.lower()
+    if suffix not in IMAGE_SUFFIXES:
+        raise InputError(f"{p}: unsupported image type '{suffix}' (use {', '.join(IMAGE_SUFFIXES)}).")
     try:
         raw = p.read_bytes()
     except OSError as exc:
         raise InputError(f"{p}: the image cannot be read ({exc.strerror or exc}).") from None
-    if suffix in (".ppm", ".pgm", ".pnm"):
-        img = _decode_pnm(raw, p)
-    elif suffix == ".bmp":
-        img = _decode_bmp(raw, p)
-        if img is None:
-            img = _decode_pillow(p)
-    elif suffix in PILLOW_IMAGE_SUFFIXES:
-        img = _decode_pillow(p)
-    else:
-        raise InputError(f"{p}: unsupported image type '{suffix}' (use {', '.join(IMAGE_SUFFIXES)}).")
+    from PIL import Image
+
+    try:
+        with Image.open(io.BytesIO(raw)) as im:
+            if im.mode == "I" or im.mode.startswith("I;16"):  # 16-bit PNG/PNM: Pillow gives 0..65535
+                img = np.asarray(im, dtype=np.float32) * (255.0 / 65535.0)
+            else:
+                im = im.convert("L" if im.mode in ("L", "F", "1") else "RGB")
+                img = np.asarray(im, dtype=np.float32)
+    except Exception as exc:  # noqa: BLE001 - any decoding problem is the file's
+        raise InputError(f"{p}: not a readable image ({type(exc).__name__}: {exc}).") from None
     if img.ndim == 2:
         img = img[:, :, None]
-    if img.shape[2] == 4:
-        img = img[:, :, :3]
-    if img.shape[2] == 2:  # gray + alpha
-        img = img[:, :, :1]
     return img.astype(np.float32)
-
-
-def _decode_pillow(p: Path) -> np.ndarray:
-    Image = _require_pillow(p)
-    try:
-        with Image.open(p) as im:
-            im = im.convert("L" if im.mode in ("L", "I", "I;16", "F", "1") else "RGB")
-            return np.asarray(im, dtype=np.float32)
-    except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{p}: not a readable image ({type(exc).__name__}: {exc}).") from None
-
-
-def _decode_pnm(raw: bytes, p: Path) -> np.ndarray:
-    """Netpbm P2/P3 (ASCII) and P5/P6 (binary) gray/RGB, 8 or 16 bits."""
-    magic = raw[:2]
-    if magic not in (b"P2", b"P3", b"P5", b"P6"):
-        raise InputError(f"{p}: not a PGM/PPM image (P2, P3, P5 or P6 header expected).")
-    channels = 3 if magic in (b"P3", b"P6") else 1
-    tokens: list[bytes] = []
-    pos = 2
-    while len(tokens) < 3:
-        while pos < len(raw) and raw[pos:pos + 1].isspace():
-            pos += 1
-        if pos < len(raw) and raw[pos:pos + 1] == b"#":
-            while pos < len(raw) and raw[pos:pos + 1] not in (b"\n", b"\r"):
-                pos += 1
-            continue
-        start = pos
-        while pos < len(raw) and not raw[pos:pos + 1].isspace() and raw[pos:pos + 1] != b"#":
-            pos += 1
-        if start == pos:
-            raise InputError(f"{p}: truncated PGM/PPM header.")
-        tokens.append(raw[start:pos])
-    try:
-        width, height, maxval = (int(t) for t in tokens)
-    except ValueError:
-        raise InputError(f"{p}: bad PGM/PPM header (width, height and maxval must be integers).") from None
-    if width < 1 or height < 1 or not 0 < maxval < 65536:
-        raise InputError(f"{p}: bad PGM/PPM header ({width}x{height}, maxval {maxval}).")
-    count = width * height * channels
-    if magic in (b"P5", b"P6"):
-        pos += 1  # exactly one whitespace byte after maxval
-        dtype = np.dtype(">u2") if maxval > 255 else np.dtype(np.uint8)
-        body = raw[pos:pos + count * dtype.itemsize]
-        if len(body) < count * dtype.itemsize:
-            raise InputError(f"{p}: truncated image data ({len(body)} of {count * dtype.itemsize} bytes).")
-        values = np.frombuffer(body, dtype=dtype).astype(np.float32)
-    else:
-        try:
-            values = np.array(raw[pos:].split()[:count], dtype=np.float32)
-        except ValueError:
-            raise InputError(f"{p}: bad ASCII PGM/PPM data.") from None
-        if values.size < count:
-            raise InputError(f"{p}: truncated image data ({values.size} of {count} values).")
-    img = values.reshape(height, width, channels)
-    if maxval != 255:
-        img = img * (255.0 / maxval)
-    return img
-
-
-def _decode_bmp(raw: bytes, p: Path) -> np.ndarray | None:
-    """Uncompressed 8 (palette), 24 and 32-bit BMP; None for other variants (left to Pillow)."""
-    if raw[:2] != b"BM" or len(raw) < 54:
-        raise InputError(f"{p}: not a BMP image.")
-    offset = struct.unpack_from("<I", raw, 10)[0]
-    header_size = struct.unpack_from("<I", raw, 14)[0]
-    if header_size < 40:
-        return None
-    width, height, _, bpp, compression = struct.unpack_from("<iiHHI", raw, 18)
-    if compression not in (0, 3) or bpp not in (8, 24, 32) or width < 1 or height == 0:
-        return None
-    if compression == 3 and bpp != 32:
-        return None
-    top_down = height < 0
-    h = abs(height)
-    stride = ((width * bpp + 31) // 32) * 4
-    if len(raw) < offset + stride * h:
-        raise InputError(f"{p}: truncated BMP data.")
-    rows = np.frombuffer(raw, dtype=np.uint8, count=stride * h, offset=offset).reshape(h, stride)
-    if bpp == 8:
-        ncolors = struct.unpack_from("<I", raw, 46)[0] or 256
-        pal = np.frombuffer(raw, dtype=np.uint8, count=ncolors * 4, offset=14 + header_size).reshape(ncolors, 4)
-        img = pal[rows[:, :width]][:, :, [2, 1, 0]]
-    else:
-        nb = bpp // 8
-        img = rows[:, : width * nb].reshape(h, width, nb)[:, :, [2, 1, 0]]
-    if not top_down:
-        img = img[::-1]
-    return np.ascontiguousarray(img).astype(np.float32)
 
 
 def resize_image(img: np.ndarray, size: tuple[int, int], method: str = "bilinear") -> np.ndarray:
