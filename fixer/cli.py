@@ -95,7 +95,7 @@ STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilit
 def audit_cmd(
     paths: List[Path] = typer.Argument(..., help="Model files or folders (searched recursively)."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
-    fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw)."),
+    fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw), or when a model has a finding that makes stedgeai fail (error)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
@@ -137,6 +137,9 @@ def audit_cmd(
     if result.errors:
         raise typer.Exit(2)
     if fail_on == FailOn.sw and result.any_sw:
+        raise typer.Exit(1)
+    if fail_on == FailOn.error and any(r.severity == "compile_error" for m in result.models if m.analysis
+                                       for r in m.analysis.findings):
         raise typer.Exit(1)
 
 

@@ -199,3 +199,10 @@ def test_tcn_dilated_depthwise_1d_bit_exact():
     assert v.ok and all(o.max_abs_error == 0 for o in v.outputs + v.boundaries)
     after = analyze_model(res.model, profile=PROFILE).estimate
     assert after.sw_epochs <= before.sw_epochs and after.epochs <= before.epochs
+
+
+def test_audit_fail_on_error_flags_a_compile_error(capsys):
+    code, _, _ = _run_cli(["audit", SAMPLES / "uint8_default_quant.onnx", "--fail-on", "error"], capsys)
+    assert code == 1
+    code, _, _ = _run_cli(["audit", SAMPLES / "movenet_like.onnx", "--fail-on", "error"], capsys)
+    assert code == 0
