@@ -307,6 +307,8 @@ def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetPro
                 res: RewriteResult = rw.func(match, ed)
             except NearMiss as exc:
                 att.near.append((rule, node, str(exc)))
+                if rw.whole_model:
+                    break  # the same whole-model rewrite from another anchor would fail the same way
                 continue
             claimed |= neighbourhood | {n.name for n in ed.created}
             att.changes.append(Change(rule.id, label, op, res.detail, tuple(n.name for n in ed.created),

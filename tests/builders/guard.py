@@ -102,11 +102,12 @@ def conv_chain(widths=(16, 257, 32), cin: int = 8, hw=(6, 6), qdq: bool = True, 
 # ------------------------------------------------------------------------------------------------
 
 
-def uint8_edges(maxpool: bool = True, asym_weights: bool = False, seed: int = 3) -> onnx.ModelProto:
+def uint8_edges(maxpool: bool = True, asym_weights: bool = False, uint8_add: bool = False, seed: int = 3) -> onnx.ModelProto:
     """A hand-made uint8 QDQ model with uint8 graph edges: x (uint8) -> DequantizeLinear -> Conv
     (int8 symmetric weights, or uint8 asymmetric with ``asym_weights``) -> Relu -> QuantizeLinear
     (uint8) [-> MaxPool on the uint8 tensor -> DequantizeLinear -> QuantizeLinear(uint8)] -> output
-    ``y`` (uint8)."""
+    ``y`` (uint8). ``uint8_add``: the MaxPool is an Add of the uint8 tensor with itself (arithmetic on
+    uint8 codes, which no exact shift preserves)."""
     rng = np.random.default_rng([SEED, seed])
     inits = []
 
@@ -138,6 +139,7 @@ def uint8_edges(maxpool: bool = True, asym_weights: bool = False, seed: int = 3)
     ]
     if maxpool:
         nodes += [
+            helper.make_node("Add", ["relu_q", "relu_q"], ["pool"], name="pool") if uint8_add else
             helper.make_node("MaxPool", ["relu_q"], ["pool"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
             helper.make_node("DequantizeLinear", ["pool", "r_scale", "r_zp"], ["pool_dq"], name="pool_dq"),
             helper.make_node("Sigmoid", ["pool_dq"], ["sig"], name="sig"),
