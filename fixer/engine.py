@@ -7,6 +7,14 @@ rewriter rebuilds the node through an :class:`~fixer.graph.Editor`. A node, its 
 consumers are claimed by the first rule that rewrites there, so two rewrites never overlap within a
 round. After the round the graph is cleaned up and sorted once, exported, and shape-inferred; rounds
 repeat until no rule applies (or ``max_rounds``).
+
+The guard (on by default): the model a round produces is placed and estimated once; when it has
+more estimated SW epochs than before the round, or as many and more epochs, the round is not kept.
+The changes responsible are found by bisection over the round's changes (each trial re-runs the
+round restricted to a subset, so a round that does not get worse costs one estimate and the search
+only runs when one does), reported as near-misses with the reason, and the round is redone without
+them. Rules that fix a compile error or a board hang are exempt. A whole-model rewriter (uint8 ->
+int8) runs first in its round and alone.
 """
 
 from __future__ import annotations
