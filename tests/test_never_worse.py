@@ -206,3 +206,18 @@ def test_audit_fail_on_error_flags_a_compile_error(capsys):
     assert code == 1
     code, _, _ = _run_cli(["audit", SAMPLES / "movenet_like.onnx", "--fail-on", "error"], capsys)
     assert code == 0
+
+
+def test_naf001_pad_strategy_also_carries_the_relu_bit_exact():
+    from dataclasses import replace
+
+    model = builders.conv_chain(keep_relu=True)
+    rule = replace(RULES["NAF001"], params={**RULES["NAF001"].params, "strategy": "pad"})
+    before = analyze_model(model, profile=PROFILE).estimate
+    res = run_engine(model, [rule], profile=PROFILE)
+    (ch,) = res.changes
+    assert "padded 'conv1' from 257 to" in ch.detail
+    v = verify(model, res.model, contract=rule.verify, rules=["NAF001"], samples=6,
+               boundaries=boundary_checks(res, change_contracts(res, {"NAF001": rule})))
+    assert v.ok and all(o.max_abs_error == 0 for o in v.outputs + v.boundaries)
+    assert analyze_model(res.model, profile=PROFILE).estimate.sw_epochs <= before.sw_epochs
