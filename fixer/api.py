@@ -30,6 +30,7 @@ class AnalysisOptions:
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     mpool: str | None = None  # a .mpool file for the memory estimate
     neural_art_profile: str | None = None  # NAME@FILE.json
+    core: str | None = None  # stedgeai core version X.Y (default: the newest in the profile data)
 
 
 @dataclass(frozen=True)
@@ -95,7 +96,7 @@ class AuditResult:
 
 
 def resolve_profile(opts: AnalysisOptions) -> TargetProfile:
-    return load_profile(opts.target_profile, options=frozenset(opts.stedgeai_options))
+    return load_profile(opts.target_profile, options=frozenset(opts.stedgeai_options), core=opts.core)
 
 
 def resolve_pools(opts: AnalysisOptions):

@@ -108,13 +108,24 @@ def test_float_input_prologue_transpose_and_quantize_are_one_sw_epoch():
     assert "'image'" in q.reasons[0].detail
 
 
+FLOAT_IO = ("--input-data-type float32", "--output-data-type float32")
+
+
 def test_float_input_quantize_alone_is_one_sw_epoch():
     b = QDQ(float_io=True)
     x = b.input("x", [1, 2, 4, 4])
     y = b.op("Conv", [x, b.weight("w", [4, 2, 1, 1])], name="conv")
     b.output(y)
-    a = analyze(b.model())
+    a = analyze(b.model(), options=FLOAT_IO)
     assert epochs(a) == [("SW", ["x_QuantizeLinear"]), ("HW", ["conv"]), ("SW", ["y_DequantizeLinear"])]
+    # stedgeai's default for an ONNX QDQ model: int8 I/O, both conversions dropped (NEURAL_ART.md s7)
+    d = analyze(b.model())
+    assert epochs(d) == [("HW", ["conv"])]
+    assert d.placement.by_name["x_QuantizeLinear"].role.startswith("graph-input conversion (dropped")
+    assert d.placement.by_name["y_DequantizeLinear"].role.startswith("graph-output conversion (dropped")
+    # one option each
+    i = analyze(b.model(), options=("--input-data-type float32",))
+    assert epochs(i) == [("SW", ["x_QuantizeLinear"]), ("HW", ["conv"])]
 
 
 def test_trailing_dequantize_is_one_sw_epoch_and_hw_ratio():
@@ -124,14 +135,15 @@ def test_trailing_dequantize_is_one_sw_epoch_and_hw_ratio():
     q = b._quantize(y)
     b.nodes.append(helper.make_node("DequantizeLinear", [q, "act_scale", "act_zp"], ["out"], name="out_dq"))
     b.float_output("out")
-    a = analyze(b.model())
+    a = analyze(b.model(), options=("--output-data-type float32",))
     assert epochs(a) == [("HW", ["conv"]), ("SW", ["out_dq"])]
     dq = a.placement.by_name["out_dq"]
     assert dq.role == "graph-output conversion" and dq.reasons[0].constraint == "graph_edge_dequantize"
     e = a.estimate
     assert (e.epochs, e.sw_epochs, e.hw_epochs) == (3, 1, 2)  # input copy + conv + trailing DQ
     assert e.hw_ratio == pytest.approx(2 / 3)
-    assert e.as_dict() == {"epochs": 3, "sw_epochs": 1, "hw_epochs": 2, "hw_ratio": 0.6667}
+    assert e.as_dict() == {"epochs": 3, "sw_epochs": 1, "hybrid_epochs": 0, "hw_epochs": 2, "hw_ratio": 0.6667,
+                           "sw_ops": {"DequantizeLinear": 1}, "hybrid_ops": {}, "core": "4.0"}
 
 
 def test_hw_ratio_arithmetic():

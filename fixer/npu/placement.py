@@ -169,7 +169,13 @@ class QuantDomain:
                 continue
             fused = (self.strict and producer is not None and producer.op in self._hw_ops
                      and self._epilogue(c, t))
-            if (c.op in self._pass or fused) and c.op != "DequantizeLinear":
+            if (self.strict and c.op in MOVEMENT_OPS and producer is not None and producer.op not in MOVEMENT_OPS
+                    and producer.op not in QDQ_OPS):
+                # A computed tensor quantized only after a Reshape/Flatten has no quantization parameters
+                # of its own: stedgeai runs its producer in float (MobileNetV2 4.0.1: DQ -> ReduceMean ->
+                # Reshape -> Q became SW DequantizeLinear, GlobalAveragePool(float), QuantizeLinear; OBS)
+                ok = False
+            elif (c.op in self._pass or fused) and c.op != "DequantizeLinear":
                 if not all(self._sunk[o.name] if o.name in self._sunk else self._sunk_of(o)
                            for o in c.outputs if o.name):
                     ok = False
@@ -219,6 +225,7 @@ class PlacementContext:
     domain: QuantDomain
     oe_export: bool
     values: dict
+    source_format: str = "onnx"
 
 
 def is_oe_export(model: onnx.ModelProto) -> bool:
@@ -230,7 +237,8 @@ def is_oe_export(model: onnx.ModelProto) -> bool:
 def place(view: GraphView, profile: TargetProfile) -> Placement:
     """Place every node of ``view`` on HW, SW or folded, with reasons."""
     oe = is_oe_export(view.model)
-    ctx = PlacementContext(view, profile, QuantDomain(view, profile, strict=not oe), oe, profile.values())
+    ctx = PlacementContext(view, profile, QuantDomain(view, profile, strict=not oe), oe, profile.values(),
+                           source_format(view.model))
     result: dict[str, NodePlacement] = {}
     model_findings: list[Reason] = []
 
@@ -354,6 +362,8 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
         return NodePlacement(node.name, node.op, FOLDED, role="weights")
     if node.op == "QuantizeLinear":
         src = view.source(x)
+        if src is None and view.is_graph_input(view.source_tensor(x)) and not _edge_conversion_kept(ctx, "input"):
+            return NodePlacement(node.name, node.op, FOLDED, role=_EDGE_DROPPED["input"])
         if src is None and view.is_graph_input(view.source_tensor(x)) or src is not None and src.op == "Transpose" and _float_prologue(src, view):
             return _conversion(node, "graph_edge_quantize", EDGE_QUANTIZE,
                                f"'{label}' quantizes the float graph input '{_prologue_input(x, view).name}'",
@@ -368,6 +378,10 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
     for c, t in view.sinks(node.outputs[0]):
         if c is not None and c.name in placed and placed[c.name].unit == SW and placed[c.name].kernel == "float":
             float_users.append(c.name)
+    direct = (view.is_graph_output(node.outputs[0]) and view.producer(x) is not None
+              and view.producer(x).op == "QuantizeLinear")
+    if direct and not float_users and not _edge_conversion_kept(ctx, "output"):
+        return NodePlacement(node.name, node.op, FOLDED, role=_EDGE_DROPPED["output"])
     if to_output:
         return _conversion(node, "graph_edge_dequantize", EDGE_DEQUANTIZE,
                            f"'{label}' dequantizes into the graph output", "graph-output conversion")
@@ -376,6 +390,39 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
                            f"'{label}' feeds float SW op(s) {', '.join(repr(u) for u in float_users[:2])}",
                            "conversion")
     return NodePlacement(node.name, node.op, FOLDED, role="dequantization (folded)")
+
+
+_EDGE_DROPPED = {
+    "input": "graph-input conversion (dropped by stedgeai: the input becomes integer)",
+    "output": "graph-output conversion (dropped by stedgeai: the output stays integer)",
+}
+
+
+def source_format(model: onnx.ModelProto) -> str:
+    """``tflite`` for a model nafix imported from TFLite (metadata ``nafix.source_format``), else ``onnx``."""
+    for p in model.metadata_props:
+        if p.key == "nafix.source_format":
+            return p.value.strip().lower() or "onnx"
+    return "onnx"
+
+
+def _edge_conversion_kept(ctx: PlacementContext, edge: str) -> bool:
+    """Whether stedgeai keeps the float->int8 QuantizeLinear of a graph input (``edge="input"``) or the
+    int8->float DequantizeLinear of a graph output as a SW epoch, per the stedgeai options (OBS, NEURAL_ART.md s7):
+
+    - ONNX QDQ model: a QuantizeLinear reading the graph input and a ``QuantizeLinear -> DequantizeLinear
+      -> output`` are dropped by default (the I/O become int8); kept with ``--input-data-type float32`` /
+      ``--output-data-type float32`` (MobileFaceNet: a SW QuantizeLinear with the option, none without;
+      a face detector's 12 ``Q -> DQ -> output`` made none). A conversion behind a Transpose stays SW
+      (MoveNet ``Q -> Transpose -> DQ -> output``, YAMNet ``input -> Transpose -> Q``);
+    - TFLite model: a float input's QUANTIZE and each float output's DEQUANTIZE are SW epochs unless
+      ``--input-data-type``/``--output-data-type`` give an integer type (face_landmark: float I/O 3 SW
+      conversions, none with ``uint8``/``int8``).
+    """
+    opt = ctx.profile.option_value("--input-data-type" if edge == "input" else "--output-data-type")
+    if ctx.source_format == "tflite":
+        return opt in (None, "float32")
+    return opt == "float32"
 
 
 def _feeds_graph_output(t: gs.Tensor, view: GraphView) -> bool:
