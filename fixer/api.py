@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 from .errors import InputError, NafixError, UsageError
 from .graph import GraphView
+from .importers import check_loaded
 from .model_io import LoadedModel, load_model
 from .npu.estimate import EpochEstimate, estimate_epochs
 from .npu.memory import MemoryEstimate, estimate_memory
@@ -19,6 +20,8 @@ from .npu.profile import TargetProfile, load_profile
 log = logging.getLogger(__name__)
 
 ONNX_SUFFIXES = (".onnx",)
+#: Model files audit collects from folders (a file named on the command line is read by content).
+MODEL_SUFFIXES = (".onnx", ".tflite")
 
 
 @dataclass(frozen=True)
@@ -165,20 +168,21 @@ def analyze_path(path: str | os.PathLike[str], opts: AnalysisOptions, *, profile
     profile = profile or resolve_profile(opts)
     max_opset = None
     loaded = load_model(path, input_shapes=opts.input_shapes, max_opset=max_opset)
+    check_loaded(loaded)
     return analyze_model(loaded, profile=profile, pools=pools)
 
 
 def collect_models(paths: Sequence[str | os.PathLike[str]], *, recursive: bool = True) -> list[Path]:
-    """Expand files and folders into the list of .onnx files to audit (sorted, de-duplicated)."""
+    """Expand files and folders into the list of .onnx and .tflite files to audit (sorted, de-duplicated)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
             pattern = "**/*" if recursive else "*"
-            found = sorted(q for q in p.glob(pattern) if q.is_file() and q.suffix.lower() in ONNX_SUFFIXES)
+            found = sorted(q for q in p.glob(pattern) if q.is_file() and q.suffix.lower() in MODEL_SUFFIXES)
             if not found:
                 # info, not warning: with no model at all audit() raises the one 'error:' line on its own
-                log.info("%s: no .onnx files found", p)
+                log.info("%s: no .onnx or .tflite files found", p)
             out.extend(found)
         else:
             out.append(p)
@@ -201,7 +205,7 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
     pools = resolve_pools(opts.analysis)
     files = collect_models(paths, recursive=opts.recursive)
     if not files:
-        raise InputError(f"no .onnx model found under {', '.join(str(p) for p in paths)}.")
+        raise InputError(f"no .onnx or .tflite model found under {', '.join(str(p) for p in paths)}.")
     rows: list[ModelAudit] = []
     for i, f in enumerate(files):
         if progress:

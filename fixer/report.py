@@ -32,9 +32,18 @@ def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
         "memory": a.memory.as_dict(),
         "dynamic_dims": [d.describe() for d in a.loaded.dynamic_dims],
         "warnings": list(a.loaded.warnings),
+        **_import_dict(a.loaded),
         "oe_export": a.placement.oe_export,
         "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes} for g in a.estimate.groups],
     }
+
+
+def _import_dict(loaded) -> dict[str, Any]:
+    imp = getattr(loaded, "imported", None)
+    if imp is None:
+        return {"source_format": "onnx"}
+    check = imp.check.as_dict() if imp.check is not None else None
+    return {"source_format": imp.source_format, "import_check": check}
 
 
 def audit_dict(result: AuditResult, *, profile: str) -> dict[str, Any]:

@@ -1,0 +1,319 @@
+"""The import check: the imported QDQ ONNX graph against the TFLite interpreter on seeded inputs.
+
+Two comparisons on the same seeded inputs:
+
+* **op by op**: every quantized tensor an operator produces is recomputed by onnxruntime from the
+  interpreter's own values of that operator's inputs (the imported graph with each quantized tensor
+  cut and fed from the interpreter), so one operator's rounding does not hide or pile up behind
+  another's. TFLite requantizes with a fixed-point multiplier and rounds half away from zero;
+  QuantizeLinear rounds the float result half to even. The two agree except where the exact result
+  lies within a rounding step of a .5 tie, so an operator may differ by at most
+  :data:`OP_TOLERANCE_LSB`; more means the import is wrong and the model is refused with the operator
+  named.
+* **end to end**: the graph outputs. Int8 outputs are compared in LSB, float outputs relative to
+  their largest magnitude. A one-LSB tie inside the network can move later values by more than one
+  LSB, so end-to-end figures are reported (max LSB, fraction of values bit-exact), not used to refuse.
+
+The interpreter is ``ai-edge-litert`` (or ``tflite-runtime``, or TensorFlow's ``tf.lite``); without
+one the check is not run and says so (``nafix[tflite]`` installs it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .tflite import NCHW, ImportedTFLite
+
+#: Largest per-operator difference accepted, in LSB of the operator's output (rounding ties).
+OP_TOLERANCE_LSB = 1
+#: Float outputs: relative difference (to the output's largest magnitude) counted as exact.
+FLOAT_RTOL = 1e-5
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Silence file descriptor 2 (native code's prints) for the duration of the block."""
+    try:
+        saved = os.dup(2)
+    except OSError:  # pragma: no cover - no stderr to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as devnull:
+            os.dup2(devnull.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def interpreter_class():
+    """The TFLite Interpreter class of the first installed runtime, or None."""
+    try:
+        from ai_edge_litert.interpreter import Interpreter
+        return Interpreter
+    except ImportError:
+        pass
+    try:
+        from tflite_runtime.interpreter import Interpreter  # type: ignore[import-not-found]
+        return Interpreter
+    except ImportError:
+        pass
+    try:  # pragma: no cover - TensorFlow is never a dependency
+        import tensorflow as tf  # type: ignore[import-not-found]
+        return tf.lite.Interpreter
+    except ImportError:
+        return None
+
+
+@dataclass
+class OutputDiff:
+    name: str
+    dtype: str
+    max_lsb: int | None  # int8 outputs, or float outputs behind a DEQUANTIZE (in its LSB)
+    exact_fraction: float
+    max_rel: float
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "dtype": self.dtype, "max_lsb": self.max_lsb,
+                "exact_fraction": round(self.exact_fraction, 6), "max_rel": float(self.max_rel)}
+
+
+@dataclass
+class ImportCheck:
+    """What the interpreter comparison found."""
+
+    checked: bool
+    ok: bool
+    runtime: str = ""
+    reason: str = ""
+    samples: int = 0
+    ops_checked: int = 0
+    op_max_lsb: int = 0
+    ops_off_by_one: int = 0
+    worst_op: str = ""
+    outputs: list[OutputDiff] = field(default_factory=list)
+
+    @property
+    def bit_exact(self) -> bool:
+        return self.checked and self.ok and all(o.exact_fraction == 1.0 for o in self.outputs)
+
+    def summary(self) -> str:
+        if not self.checked:
+            return f"import not checked against the TFLite interpreter: {self.reason}"
+        if not self.ok:
+            return f"import check failed: {self.reason}"
+        outs = ", ".join(
+            f"{o.name} {o.dtype}: " + (f"max {o.max_lsb} LSB, " if o.max_lsb is not None else "")
+            + f"{100 * o.exact_fraction:.2f}% exact" for o in self.outputs)
+        return (f"import checked against {self.runtime} on {self.samples} seeded input(s): "
+                f"{self.ops_checked} quantized op outputs within {self.op_max_lsb} LSB "
+                f"({self.ops_off_by_one} with a one-LSB rounding tie); outputs {outs}")
+
+    def as_dict(self) -> dict:
+        return {"checked": self.checked, "ok": self.ok, "runtime": self.runtime, "reason": self.reason,
+                "samples": self.samples, "ops_checked": self.ops_checked, "op_max_lsb": self.op_max_lsb,
+                "ops_off_by_one": self.ops_off_by_one, "worst_op": self.worst_op,
+                "op_tolerance_lsb": OP_TOLERANCE_LSB, "outputs": [o.as_dict() for o in self.outputs]}
+
+
+def seeded_inputs(imp: ImportedTFLite, interp, *, seed: int, samples: int) -> list[dict[str, np.ndarray]]:
+    """Seeded inputs in each input's dtype; a float input feeding a quantization gets its range."""
+    rng = np.random.default_rng(seed)
+    ranges = _float_input_ranges(imp.model)
+    out = []
+    details = interp.get_input_details()
+    for _ in range(samples):
+        feed = {}
+        for d, name in zip(details, imp.input_names):
+            shape = [int(s) for s in d["shape"]]
+            dt = np.dtype(d["dtype"])
+            if dt.kind == "f":
+                lo, hi = ranges.get(name, (-1.0, 1.0))
+                feed[name] = rng.uniform(lo, hi, size=shape).astype(dt)
+            elif dt == np.bool_:
+                feed[name] = rng.integers(0, 2, size=shape).astype(dt)
+            else:
+                info = np.iinfo(dt)
+                lo, hi = max(info.min, -128), min(info.max, 255)
+                feed[name] = rng.integers(lo, hi + 1, size=shape).astype(dt)
+        out.append(feed)
+    return out
+
+
+def _float_input_ranges(model: onnx.ModelProto) -> dict[str, tuple[float, float]]:
+    inits = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    ranges = {}
+    names = {i.name for i in model.graph.input}
+    for n in model.graph.node:
+        if n.op_type == "QuantizeLinear" and n.input[0] in names:
+            s, z = inits.get(n.input[1]), inits.get(n.input[2])
+            if s is None or z is None or s.size != 1 or z.size != 1:
+                continue
+            info = np.iinfo(z.dtype)
+            zp, sc = int(z.reshape(-1)[0]), float(s.reshape(-1)[0])
+            ranges[n.input[0]] = ((info.min - zp) * sc, (info.max - zp) * sc)
+    return ranges
+
+
+def _session(model: onnx.ModelProto):
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+
+
+def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str]]:
+    """The imported graph with every operator's quantized output also fed from outside."""
+    model = onnx.ModelProto()
+    model.CopyFrom(imp.model)
+    g = model.graph
+    types = {}
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        types[vi.name] = vi
+    fed: dict[int, str] = {}
+    rename = {}
+    elems: dict[str, int] = {}
+    producers = {o: n for n in g.node for o in n.output}
+    for t, (qname, nchw) in imp.quantized_outputs.items():
+        prod = producers.get(qname)
+        if prod is None or prod.op_type != "QuantizeLinear":
+            continue
+        zp_init = next((i for i in g.initializer if i.name == prod.input[2]), None)
+        elem = zp_init.data_type if zp_init is not None else onnx.TensorProto.INT8
+        new = qname + "__fed"
+        rename[qname] = new
+        fed[t] = new
+        elems[qname] = elem
+        g.input.append(helper.make_tensor_value_info(new, elem, None))
+    for n in g.node:
+        for k, i in enumerate(n.input):
+            if i in rename:
+                n.input[k] = rename[i]
+    outs = {o.name for o in g.output}
+    for t, (qname, _) in imp.quantized_outputs.items():
+        if t in fed and qname not in outs:
+            g.output.append(helper.make_tensor_value_info(qname, elems[qname], None))
+    return model, fed
+
+
+def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: int = 1) -> ImportCheck:
+    """Compare the imported model with the TFLite interpreter (see the module docstring)."""
+    Interp = interpreter_class()
+    if Interp is None:
+        return ImportCheck(checked=False, ok=True,
+                           reason="no TFLite interpreter installed (pip install 'nafix[tflite]')")
+    runtime = Interp.__module__.split(".")[0]
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the runtime warns that keeping every tensor costs memory
+            with _quiet_stderr():  # the runtime prints an INFO line about its CPU delegate
+                # The interpreter as users run it (default resolver, XNNPACK delegate for CPU).
+                interp = Interp(model_content=bytes(data), experimental_preserve_all_tensors=True)
+                interp.allocate_tensors()
+    except (ValueError, RuntimeError) as exc:
+        return ImportCheck(checked=True, ok=False, runtime=runtime,
+                           reason=f"the TFLite interpreter rejects the model ({str(exc).splitlines()[0]})")
+    feeds = seeded_inputs(imp, interp, seed=seed, samples=samples)
+    try:
+        sess = _session(imp.model)
+        fed_model, fed = _fed_model(imp)
+        fed_sess = _session(fed_model)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
+        return ImportCheck(checked=True, ok=False, runtime=runtime,
+                           reason=f"onnxruntime cannot run the imported graph ({str(exc).splitlines()[0][:200]})")
+    res = ImportCheck(checked=True, ok=True, runtime=runtime, samples=len(feeds))
+    out_stats: dict[str, list] = {}
+    worst = (-1, "")
+    off_by_one = set()
+    qnames = {qn: t for t, (qn, _) in imp.quantized_outputs.items()}
+    op_of = {t: (k, name) for k, (name, ts) in enumerate(imp.ops) for t in ts}
+    dq_scale = _output_lsb(imp.model)
+    for feed in feeds:
+        for d, name in zip(interp.get_input_details(), imp.input_names):
+            interp.set_tensor(d["index"], feed[name])
+        interp.invoke()
+        ref = {name: interp.get_tensor(d["index"])
+               for d, name in zip(interp.get_output_details(), imp.output_names)}
+        got = dict(zip(imp.output_names, sess.run(imp.output_names, feed)))
+        for name in imp.output_names:
+            out_stats.setdefault(name, []).append((ref[name], got[name]))
+        # Op by op: feed every quantized tensor from the interpreter.
+        ffeed = dict(feed)
+        for t, new in fed.items():
+            v = interp.get_tensor(t)
+            if imp.quantized_outputs[t][1]:
+                v = v.transpose(NCHW)
+            ffeed[new] = v
+        want = [imp.quantized_outputs[t][0] for t in fed]
+        vals = dict(zip(want, fed_sess.run(want, ffeed)))
+        for t in fed:
+            qn, nchw = imp.quantized_outputs[t]
+            r = interp.get_tensor(t)
+            g = vals[qn]
+            if nchw:
+                g = g.transpose((0, 2, 3, 1))
+            if r.shape != g.shape:
+                k, opname = op_of.get(t, (-1, "?"))
+                return _fail(res, f"operator #{k} {opname}: output shape {list(g.shape)} differs from "
+                                  f"the interpreter's {list(r.shape)}")
+            diff = int(np.abs(r.astype(np.int32) - g.astype(np.int32)).max()) if r.size else 0
+            if diff > worst[0]:
+                k, opname = op_of.get(t, (-1, "?"))
+                worst = (diff, f"#{k} {opname} ('{qn}')")
+            if diff == 1:
+                off_by_one.add(t)
+    res.ops_checked = len(fed)
+    res.op_max_lsb = max(worst[0], 0)
+    res.worst_op = worst[1]
+    res.ops_off_by_one = len(off_by_one)
+    for name, pairs in out_stats.items():
+        r = np.stack([p[0] for p in pairs])
+        g = np.stack([p[1] for p in pairs])
+        if r.shape != g.shape:
+            return _fail(res, f"output '{name}' has shape {list(g.shape[1:])}, the interpreter's is {list(r.shape[1:])}")
+        if r.dtype.kind == "f":
+            den = float(np.abs(r).max()) or 1.0
+            rel = float(np.abs(r.astype(np.float64) - g).max()) / den
+            lsb = dq_scale.get(name)
+            max_lsb = int(np.rint(np.abs(r.astype(np.float64) - g).max() / lsb)) if lsb else None
+            exact = float(np.mean(np.abs(r.astype(np.float64) - g) <= FLOAT_RTOL * den))
+            res.outputs.append(OutputDiff(name, str(r.dtype), max_lsb, exact, rel))
+        else:
+            d = np.abs(r.astype(np.int64) - g.astype(np.int64))
+            res.outputs.append(OutputDiff(name, str(r.dtype), int(d.max()) if d.size else 0,
+                                          float(np.mean(d == 0)) if d.size else 1.0, 0.0))
+    if res.op_max_lsb > OP_TOLERANCE_LSB:
+        return _fail(res, f"operator {res.worst_op} differs from the TFLite interpreter by {res.op_max_lsb} LSB "
+                          f"given the same inputs (at most {OP_TOLERANCE_LSB} is a rounding tie)")
+    del qnames
+    return res
+
+
+def _fail(res: ImportCheck, reason: str) -> ImportCheck:
+    res.ok = False
+    res.reason = reason
+    return res
+
+
+def _output_lsb(model: onnx.ModelProto) -> dict[str, float]:
+    """Float graph outputs made by a per-tensor DequantizeLinear: their LSB (scale)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    lsb = {}
+    prod = {o: n for n in model.graph.node for o in n.output}
+    for o in model.graph.output:
+        n = prod.get(o.name)
+        if n is not None and n.op_type == "DequantizeLinear" and n.input[1] in inits:
+            s = onnx.numpy_helper.to_array(inits[n.input[1]])
+            if s.size == 1:
+                lsb[o.name] = float(s)
+    return lsb
