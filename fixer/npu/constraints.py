@@ -398,10 +398,10 @@ def pool_window(node, ctx):
     return OK
 
 
-@constraint("global_pool_size", tag="INF")
+@constraint("global_pool_size", tag="OBS")
 def global_pool_size(node, ctx):
-    """A global pool should reduce at most {global_pool_max_elems} elements per channel: a 50x11
-    global pool fell back to SW."""
+    """A global pool should reduce at most {global_pool_max_elems} elements per channel (the largest
+    seen on the NPU in real reports; larger pools are unverified)."""
     x = node.inputs[0]
     if x.shape is not None and len(x.shape) >= 3 and all(isinstance(d, int) for d in x.shape[2:]):
         n = int(np.prod(x.shape[2:]))

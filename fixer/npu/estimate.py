@@ -142,6 +142,11 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                         for o in node.outputs:
                             tensor_epoch[o.name] = tensor_epoch[t.name]
             continue
+        if p.unit == SW and node.op in ("Resize", "Upsample") and lowering_of(view, node, profile) == "upsample_nearest":
+            # nearest upsampling is lowered to DepthToSpace whatever its coordinate mode (st_yolo_x 3.0:
+            # two RESIZE_NEAREST -> two hybrid DepthToSpace, no Resize epoch)
+            inserted(profile.lowerings["upsample_nearest"].inserts[0], node)
+            continue
         if p.unit == SW:
             if p.role == "graph-input conversion":
                 src = view.source(node.inputs[0])

@@ -97,6 +97,8 @@ class QuantDomain:
         self.view = view
         self.profile = profile
         self.strict = strict
+        #: ONNX QDQ: only tensors a Q/DQ touches have quantization parameters (not a TFLite import)
+        self.onnx_qparams = source_format(view.model) != "tflite"
         passthrough = {op for op, r in profile.operators.items() if r.tier in ("hw", "movement")}
         passthrough |= set(profile.sw_int8_kernels) | MOVEMENT_OPS
         self._pass = frozenset(passthrough) if not strict else frozenset(MOVEMENT_OPS)
@@ -169,11 +171,13 @@ class QuantDomain:
                 continue
             fused = (self.strict and producer is not None and producer.op in self._hw_ops
                      and self._epilogue(c, t))
-            if (self.strict and c.op in MOVEMENT_OPS and producer is not None and producer.op not in MOVEMENT_OPS
-                    and producer.op not in QDQ_OPS):
+            if (self.strict and self.onnx_qparams and c.op in MOVEMENT_OPS and producer is not None
+                    and producer.op not in MOVEMENT_OPS and producer.op not in QDQ_OPS):
                 # A computed tensor quantized only after a Reshape/Flatten has no quantization parameters
                 # of its own: stedgeai runs its producer in float (MobileNetV2 4.0.1: DQ -> ReduceMean ->
-                # Reshape -> Q became SW DequantizeLinear, GlobalAveragePool(float), QuantizeLinear; OBS)
+                # Reshape -> Q became SW DequantizeLinear, GlobalAveragePool(float), QuantizeLinear; OBS).
+                # A TFLite tensor carries its own quantization: the same MEAN -> Reshape ran on the NPU
+                # (magnus baselines, rppg).
                 ok = False
             elif (c.op in self._pass or fused) and c.op != "DequantizeLinear":
                 if not all(self._sunk[o.name] if o.name in self._sunk else self._sunk_of(o)
@@ -242,8 +246,13 @@ def place(view: GraphView, profile: TargetProfile) -> Placement:
     result: dict[str, NodePlacement] = {}
     model_findings: list[Reason] = []
 
+    layout = _import_layout_nodes(view.model)
     for node in view.nodes:
         if node.op in QDQ_OPS:
+            continue
+        if node.name in layout:
+            result[node.name] = NodePlacement(node.name, node.op, FOLDED, role="layout change of the TFLite import "
+                                              "(the compiler reads the NHWC TFLite graph: no such op)")
             continue
         result[node.name] = _place_node(node, ctx)
 
@@ -378,8 +387,8 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
     for c, t in view.sinks(node.outputs[0]):
         if c is not None and c.name in placed and placed[c.name].unit == SW and placed[c.name].kernel == "float":
             float_users.append(c.name)
-    direct = (view.is_graph_output(node.outputs[0]) and view.producer(x) is not None
-              and view.producer(x).op == "QuantizeLinear")
+    direct = view.is_graph_output(node.outputs[0]) and (
+        ctx.source_format == "tflite" or view.producer(x) is not None and view.producer(x).op == "QuantizeLinear")
     if direct and not float_users and not _edge_conversion_kept(ctx, "output"):
         return NodePlacement(node.name, node.op, FOLDED, role=_EDGE_DROPPED["output"])
     if to_output:
@@ -396,6 +405,16 @@ _EDGE_DROPPED = {
     "input": "graph-input conversion (dropped by stedgeai: the input becomes integer)",
     "output": "graph-output conversion (dropped by stedgeai: the output stays integer)",
 }
+
+
+def _import_layout_nodes(model: onnx.ModelProto) -> frozenset[str]:
+    """Names of the layout Transposes an importer inserted (``nafix.tflite.layout`` on the node)."""
+    out = set()
+    for n in model.graph.node:
+        if n.op_type == "Transpose" and ("nafix.tflite.layout" in n.doc_string
+                                         or any(p.key == "nafix.tflite.layout" for p in n.metadata_props)):
+            out.add(n.name)
+    return frozenset(out)
 
 
 def source_format(model: onnx.ModelProto) -> str:

@@ -49,6 +49,7 @@ class CoreFacts:
     hybrid_ops: frozenset[str] = frozenset()  # SW ops that this core runs as hybrid (SW + HW) epochs
     float_suffix: bool = False  # the report names float SW kernels "Op(float)"
     sw_lowered: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a SW op run as these SW epochs
+    limits: Mapping[str, float] = field(default_factory=dict)  # limit values this core changes
     tag: str = "OBS"
     source: str = ""
 
@@ -90,6 +91,7 @@ class TargetProfile:
     core: "CoreFacts | None" = None
     cores: tuple["CoreFacts", ...] = ()
     lowerings: Mapping[str, "Lowering"] = field(default_factory=dict)
+    base_limits: Mapping[str, Limit] | None = None  # the limits before a core's own values were applied
 
     def option_value(self, name: str) -> str | None:
         """The value given to a stedgeai option that takes one (``--input-data-type float32`` ->
@@ -191,8 +193,9 @@ def _parse_cores(data: Any, path: str) -> tuple[tuple[CoreFacts, ...], CoreFacts
             raise ProfileError(f"{path}: '{where}' must be a version X.Y mapping to its facts.")
         tag = _choice(entry, "tag", where, path, TAGS, "OBS")
         lowered = {str(k): tuple(str(x) for x in v) for k, v in (entry.get("sw_lowered") or {}).items()}
+        lims = dict(entry.get("limits") or {})
         out.append(CoreFacts(str(ver), frozenset(entry.get("hybrid_ops", ()) or ()), bool(entry.get("float_suffix", False)),
-                             lowered, tag, str(entry.get("source", ""))))
+                             lowered, lims, tag, str(entry.get("source", ""))))
     out.sort(key=CoreFacts.key)
     default = str(data.get("default", out[-1].version))
     chosen = next((c for c in out if c.version == default), None)
@@ -230,7 +233,19 @@ def select_core(profile: TargetProfile, core: str | None) -> TargetProfile:
     if not same_major:
         known = ", ".join(c.version for c in profile.cores)
         raise ProfileError(f"--core {core}: target profile '{profile.name}' knows stedgeai core {known}.")
-    return replace(profile, core=same_major[-1])
+    return with_core(profile, same_major[-1])
+
+
+def with_core(profile: TargetProfile, core: CoreFacts) -> TargetProfile:
+    """``profile`` with ``core`` selected and the limits that core changes applied."""
+    from dataclasses import replace
+
+    base = profile.base_limits if profile.base_limits is not None else profile.limits
+    limits = dict(base)
+    for key, value in core.limits.items():
+        if key in limits:
+            limits[key] = Limit(key, value, core.tag, f"core {core.version}: {core.source}")
+    return replace(profile, core=core, limits=limits, base_limits=base)
 
 
 def normalize_options(raw) -> frozenset[str]:
@@ -302,7 +317,10 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
         raise ProfileError(
             f"unknown stedgeai option(s) {', '.join(sorted(unknown))}; nafix models {', '.join(sorted(KNOWN_OPTIONS))}."
         )
-    return select_core(parse_profile(data, where, options=options), core)
+    prof = parse_profile(data, where, options=options)
+    if prof.core is not None:
+        prof = with_core(prof, prof.core)
+    return select_core(prof, core)
 
 
 #: stedgeai options that take a value, with the values nafix models (NEURAL_ART.md s7, OBS).
