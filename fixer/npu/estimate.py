@@ -181,6 +181,12 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         rule = profile.operators.get(node.op)
         kind = rule.epoch if rule else "compute"
         extra = rule.extra_epochs if rule else 0
+        if low == "channel_pad":
+            first, last = profile.lowerings[low].inserts[0], profile.lowerings[low].inserts[-1]
+            inserted(first, node)
+            new(HW, node)  # the padding itself runs as a HW Conv (c_info: 'Pad_20 Node kind=Conv')
+            inserted(last, node)
+            continue
         if kind == "none":
             if extra and not _absorbed(view, node):
                 for _ in range(extra):
@@ -188,6 +194,9 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                 for o in node.outputs:
                     tensor_epoch[o.name] = idx
             continue
+        mul_extra = profile.limits.get("mul_activations_extra_epochs")
+        if node.op == "Mul" and mul_extra is not None and len(acts) == 2:
+            extra += int(mul_extra.value)
         if kind == "fuse":
             joined = None
             for t in acts:
@@ -250,6 +259,15 @@ def _sw_slices(view: GraphView, node, rule) -> int:
     return max(1, int(np.prod(shape[:-2])))
 
 
+def _nhwc(view: GraphView, node) -> bool:
+    """True when ``node`` works on NHWC data: a TFLite import places its ops before the layout Transpose
+    (perm [0, 3, 1, 2]) that turns the input to NCHW."""
+    for c, _ in view.sinks(node.outputs[0], through=frozenset({"QuantizeLinear", "DequantizeLinear"})):
+        if c is not None and c.op == "Transpose" and [int(p) for p in c.attrs.get("perm", [])] == [0, 3, 1, 2]:
+            return True
+    return False
+
+
 def _weight(node):
     i = 3 if node.op.startswith("QLinear") else 1
     return node.inputs[i] if len(node.inputs) > i else None
@@ -270,7 +288,9 @@ def lowering_of(view: GraphView, node, profile: TargetProfile) -> str | None:
 
     ``upsample_nearest``: a nearest Resize/Upsample with integer scales > 1 on the spatial axes;
     ``conv_transpose``: a ConvTranspose with stride > 1; ``dilated_conv``: a Conv with a dilation > 1;
-    ``conv_stride_beyond_kernel``: a Conv whose stride exceeds its kernel or ``conv_stride_native``.
+    ``conv_stride_beyond_kernel``: a Conv whose stride exceeds its kernel or ``conv_stride_native``;
+    ``channel_pad``: a rank-4 Pad on the channel axis (Transpose -> Pad -> Transpose);
+    ``global_depthwise_decomposed``: a depthwise Conv taller than the native kernel over its whole input.
     """
     lows = profile.lowerings
     if not lows:
@@ -291,6 +311,16 @@ def lowering_of(view: GraphView, node, profile: TargetProfile) -> str | None:
         strides = node.attrs.get("strides")
         if strides is not None and any(int(s) > 1 for s in strides):
             return "conv_transpose"
+        return None
+    if op == "Pad" and "channel_pad" in lows:
+        pads = node.attrs.get("pads")
+        if pads is None and len(node.inputs) > 1 and node.inputs[1].name:
+            v = view.const_value(node.inputs[1])
+            pads = None if v is None else [int(x) for x in np.ravel(v)]
+        x = node.inputs[0].shape
+        c = 3 if _nhwc(view, node) else 1
+        if pads is not None and x is not None and len(x) == 4 and len(pads) == 8 and (int(pads[c]) or int(pads[c + 4])):
+            return "channel_pad"
         return None
     if op not in ("Conv", "QLinearConv"):
         return None

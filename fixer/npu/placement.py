@@ -247,7 +247,11 @@ def place(view: GraphView, profile: TargetProfile) -> Placement:
     model_findings: list[Reason] = []
 
     layout = _import_layout_nodes(view.model)
+    const_derived = _const_derived(view)
     for node in view.nodes:
+        if node.name in const_derived:
+            result[node.name] = NodePlacement(node.name, node.op, FOLDED, role="evaluated at compile time")
+            continue
         if node.op in QDQ_OPS:
             continue
         if node.name in layout:
@@ -257,7 +261,7 @@ def place(view: GraphView, profile: TargetProfile) -> Placement:
         result[node.name] = _place_node(node, ctx)
 
     for node in view.nodes:
-        if node.op in QDQ_OPS:
+        if node.op in QDQ_OPS and node.name not in const_derived:
             result[node.name] = _place_qdq(node, ctx, result)
 
     nodes = [result[n.name] for n in view.nodes]
@@ -316,7 +320,10 @@ def _place_node(node: gs.Node, ctx: PlacementContext) -> NodePlacement:
         return NodePlacement(node.name, node.op, SW, (r,), kernel=_kernel(node, ctx, ()))
     failing: list[Reason] = []
     notes: list[Reason] = []
+    off = profile.core.constraints_off if profile.core is not None else frozenset()
     for cid in GENERIC + rule.constraints + HAZARDS:
+        if cid in off:
+            continue
         c = REGISTRY[cid]
         v = c.func(node, ctx)
         if v.ok:
@@ -405,6 +412,23 @@ _EDGE_DROPPED = {
     "input": "graph-input conversion (dropped by stedgeai: the input becomes integer)",
     "output": "graph-output conversion (dropped by stedgeai: the output stays integer)",
 }
+
+
+def _const_derived(view: GraphView) -> frozenset[str]:
+    """Non-QDQ nodes computed from constants only, looking through Q/DQ of constants, and the Q/DQ
+    between them: the compiler evaluates them at compile time (fallguard SSD: its anchor boxes, TILE ->
+    RESHAPE -> CONCATENATION of constants, made no epoch; OBS)."""
+    out: set[str] = set()
+    derived: set[str] = set()  # tensors computed from constants only
+    for node in view.nodes:
+        ins = [t for t in node.inputs if t.name]
+        if not ins:
+            continue
+        if all(isinstance(t, gs.Constant) or t.name in derived or view.is_const(t) for t in ins):
+            derived.update(o.name for o in node.outputs)
+            if node.op not in QDQ_OPS or any(t.name in derived for t in ins):
+                out.add(node.name)  # (a weight's own Q/DQ stays visible: placed as 'weights')
+    return frozenset(out)
 
 
 def _import_layout_nodes(model: onnx.ModelProto) -> frozenset[str]:

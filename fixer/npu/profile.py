@@ -50,6 +50,7 @@ class CoreFacts:
     float_suffix: bool = False  # the report names float SW kernels "Op(float)"
     sw_lowered: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a SW op run as these SW epochs
     limits: Mapping[str, float] = field(default_factory=dict)  # limit values this core changes
+    constraints_off: frozenset[str] = frozenset()  # constraints this core no longer has
     tag: str = "OBS"
     source: str = ""
 
@@ -195,7 +196,8 @@ def _parse_cores(data: Any, path: str) -> tuple[tuple[CoreFacts, ...], CoreFacts
         lowered = {str(k): tuple(str(x) for x in v) for k, v in (entry.get("sw_lowered") or {}).items()}
         lims = dict(entry.get("limits") or {})
         out.append(CoreFacts(str(ver), frozenset(entry.get("hybrid_ops", ()) or ()), bool(entry.get("float_suffix", False)),
-                             lowered, lims, tag, str(entry.get("source", ""))))
+                             lowered, lims, frozenset(entry.get("constraints_off", ()) or ()), tag,
+                             str(entry.get("source", ""))))
     out.sort(key=CoreFacts.key)
     default = str(data.get("default", out[-1].version))
     chosen = next((c for c in out if c.version == default), None)
@@ -220,8 +222,6 @@ def _parse_lowerings(data: Any, path: str) -> dict[str, Lowering]:
 def select_core(profile: TargetProfile, core: str | None) -> TargetProfile:
     """The profile with the facts of stedgeai core ``core`` (``X.Y`` or ``X.Y.Z``): the newest listed
     version not newer than it. ``None`` keeps the default (the newest core in the profile data)."""
-    from dataclasses import replace
-
     if core is None or not profile.cores:
         return profile
     want = version_key(core)
