@@ -81,21 +81,26 @@ class CalibrationRow:
             return None
         return (self.est_epochs - self.real_epochs) / self.real_epochs
 
-    def failures(self) -> list[str]:
-        """Why the row misses the target (empty: on target)."""
+    def failed(self) -> dict[str, str]:
+        """What misses the target, by kind (``sw_ops``, ``sw_epochs``, ``hybrid_ops``, ``epochs``, or
+        the status of a row that could not be estimated); empty: on target."""
         if not self.estimated:
-            return [self.status]
-        out = []
+            return {"not_estimated": self.status}
+        out: dict[str, str] = {}
         if self.ops_listed and self.sw_diff():
-            out.append("SW ops differ: " + " ".join(self.sw_diff()))
+            out["sw_ops"] = "SW ops differ: " + " ".join(self.sw_diff())
         if not self.ops_listed and self.est_sw != self.real_sw:
-            out.append(f"SW epochs {self.est_sw} vs {self.real_sw}")
+            out["sw_epochs"] = f"SW epochs {self.est_sw} vs {self.real_sw}"
         if self.real_hybrid is not None and self.hybrid_diff():
-            out.append("hybrid ops differ: " + " ".join(self.hybrid_diff()))
+            out["hybrid_ops"] = "hybrid ops differ: " + " ".join(self.hybrid_diff())
         err = self.epoch_error
         if err is not None and abs(err) > EPOCH_TOLERANCE:
-            out.append(f"epochs {self.est_epochs} vs {self.real_epochs} ({err:+.0%})")
+            out["epochs"] = f"epochs {self.est_epochs} vs {self.real_epochs} ({err:+.0%})"
         return out
+
+    def failures(self) -> list[str]:
+        """Why the row misses the target, as sentences (empty: on target)."""
+        return list(self.failed().values())
 
     def as_dict(self) -> dict:
         return {

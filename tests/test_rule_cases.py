@@ -22,13 +22,32 @@ PROFILE = load_profile()
 RULES = {r.id: r for r in load_rules()}
 
 
+#: keys a case file may set for all its cases (a case may override them): the stedgeai options and core
+#: version the placement model assumes, and which of the profile's lowerings to keep (default: all)
+PROFILE_KEYS = ("stedgeai_options", "core", "profile_lowerings")
+
+
 def _cases():
     out = []
     for f in sorted(CASE_DIR.glob("NAF*.yaml")):
         data = yaml.safe_load(f.read_text())
         for case in data["cases"]:
+            case = {**{k: data[k] for k in PROFILE_KEYS if k in data}, **case}
             out.append(pytest.param(data["rule"], case, id=f"{data['rule']}-{case['name']}"))
     return out
+
+
+def _profile(case):
+    """The built-in profile with the case's stedgeai options, core version and lowerings."""
+    from dataclasses import replace
+
+    if not any(k in case for k in PROFILE_KEYS):
+        return PROFILE
+    prof = load_profile(options=frozenset(case.get("stedgeai_options") or ()), core=case.get("core"))
+    if "profile_lowerings" in case:
+        keep = set(case["profile_lowerings"] or ())
+        prof = replace(prof, lowerings={k: v for k, v in prof.lowerings.items() if k in keep})
+    return prof
 
 
 def _model(case) -> onnx.ModelProto:
@@ -53,8 +72,9 @@ def test_every_rule_has_firing_and_non_firing_cases():
 def test_rule_case(rule_id, case):
     rule = RULES[rule_id]
     model = _model(case)
-    before = analyze_model(model, profile=PROFILE)
-    res = run_engine(model, [rule], profile=PROFILE, options={"input_type": case.get("input_type", "int8")})
+    profile = _profile(case)
+    before = analyze_model(model, profile=profile)
+    res = run_engine(model, [rule], profile=profile, options={"input_type": case.get("input_type", "int8")})
     fired = [c for c in res.changes if c.rule == rule_id]
     assert bool(fired) == bool(case["fires"]), f"changes={res.changes} near_misses={res.near_misses}"
     if "detail" in case:
@@ -68,7 +88,7 @@ def test_rule_case(rule_id, case):
     v = verify(model, res.model, contract=rule.verify, rules=[rule_id], io_changes=res.io_changes,
                samples=int(case.get("samples", 4)), seed=int(case.get("seed", 0)))
     assert v.ok, v.as_dict()
-    after = analyze_model(res.model, profile=PROFILE)
+    after = analyze_model(res.model, profile=profile)
     assert after.estimate.hw_ratio >= before.estimate.hw_ratio - 1e-9, (before.estimate, after.estimate)
     created = [n for n in res.model.graph.node if n.name in res.provenance]
     # the model really changed: new nodes, a new interface, fewer nodes, or new parameters

@@ -184,7 +184,8 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         if low == "channel_pad":
             first, last = profile.lowerings[low].inserts[0], profile.lowerings[low].inserts[-1]
             inserted(first, node)
-            new(HW, node)  # the padding itself runs as a HW Conv (c_info: 'Pad_20 Node kind=Conv')
+            new(HW, node)  # an Identity copy, then the padding itself as a HW Conv (c_info:
+            new(HW, node)  # 'Pad_33_conv_identity' -> 'Pad_33 Node kind=Conv', face_landmark; blazeface alike)
             inserted(last, node)
             continue
         if kind == "none":
@@ -241,6 +242,24 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
     hybrid = sum(1 for g in groups if g.unit == HYBRID)
     return EpochEstimate(epochs=len(groups), sw_epochs=sw, groups=tuple(groups), hybrid_epochs=hybrid,
                          core=profile.core_version)
+
+
+def lowering_unit(profile: TargetProfile, lowering: str) -> str | None:
+    """The kind of epoch (``SW`` or ``hybrid``) the ops a lowering inserts make on the profile's core,
+    or None when the profile has no such lowering."""
+    low = profile.lowerings.get(lowering)
+    if low is None:
+        return None
+    core = profile.core
+    return HYBRID if core is not None and all(op in core.hybrid_ops for op in low.inserts) else SW
+
+
+def lowering_note(profile: TargetProfile, lowering: str) -> str:
+    """One sentence for near-misses: what the compiler does with the pattern on this core."""
+    low = profile.lowerings[lowering]
+    unit = lowering_unit(profile, lowering)
+    return (f"stedgeai core {profile.core_version or '?'} lowers it with {' + '.join(low.inserts)}, "
+            f"{'a hybrid' if unit == HYBRID else 'a pure SW'} epoch [{low.tag}]")
 
 
 #: conversions the reports never mark "(float)"
@@ -301,6 +320,9 @@ def lowering_of(view: GraphView, node, profile: TargetProfile) -> str | None:
 
         mode = node.attrs.get("mode", "nearest")
         mode = mode.decode() if isinstance(mode, bytes) else mode
+        x = node.inputs[0].shape
+        if x is not None and len(x) == 4 and list(x[2:]) == [1, 1]:
+            return None  # a broadcast of one pixel: a HW 'tile' (fallguard SSD, OBS)
         if mode == "nearest":
             ctx = type("_Ctx", (), {"view": view})()
             scales = resize_scales(node, ctx)
