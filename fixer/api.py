@@ -89,7 +89,7 @@ class ModelAnalysis:
             node = g.nodes[0]
             if self.placement.by_name[node].unit == SW:
                 continue  # listed with the SW node itself
-            low = next((lw for lw in lows.values() if g.reported_as in lw.inserts), None)
+            low = lows.get(g.lowering)
             out.append({
                 "name": f"{node}/{g.reported_as}",
                 "op_type": g.reported_as,

@@ -34,7 +34,8 @@ def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
         "warnings": list(a.loaded.warnings),
         **_import_dict(a.loaded),
         "oe_export": a.placement.oe_export,
-        "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes} for g in a.estimate.groups],
+        "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes,
+                    **({"reported_as": g.reported_as} if g.unit != "HW" else {})} for g in a.estimate.groups],
     }
 
 

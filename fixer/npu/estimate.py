@@ -55,6 +55,7 @@ class Epoch:
     ops: list[str] = field(default_factory=list)
     reported_as: str = ""  # the op name the stedgeai report prints for a SW/hybrid epoch
     inserted: bool = False  # an op the compiler inserts when lowering the model node(s)
+    lowering: str = ""  # the profile lowering that inserted it
 
 
 @dataclass(frozen=True)
@@ -104,8 +105,8 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         groups.append(Epoch(len(groups) + 1, unit, [node.name], [node.op]))
         return len(groups) - 1
 
-    def inserted(op: str, node) -> int:
-        groups.append(Epoch(len(groups) + 1, SW, [node.name], [op], reported_as=op, inserted=True))
+    def inserted(op: str, node, low: str) -> int:
+        groups.append(Epoch(len(groups) + 1, SW, [node.name], [op], reported_as=op, inserted=True, lowering=low))
         return len(groups) - 1
 
     def real_users(t) -> int:
@@ -145,7 +146,7 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         if p.unit == SW and node.op in ("Resize", "Upsample") and lowering_of(view, node, profile) == "upsample_nearest":
             # nearest upsampling is lowered to DepthToSpace whatever its coordinate mode (st_yolo_x 3.0:
             # two RESIZE_NEAREST -> two hybrid DepthToSpace, no Resize epoch)
-            inserted(profile.lowerings["upsample_nearest"].inserts[0], node)
+            inserted(profile.lowerings["upsample_nearest"].inserts[0], node, "upsample_nearest")
             continue
         if p.unit == SW:
             if p.role == "graph-input conversion":
@@ -169,24 +170,24 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
             continue
         low = lowering_of(view, node, profile)
         if low == "upsample_nearest":
-            idx = inserted(profile.lowerings[low].inserts[0], node)
+            idx = inserted(profile.lowerings[low].inserts[0], node, low)
             continue  # the outputs come from a SW/hybrid epoch: nothing fuses into it
         if low in ("dilated_conv", "conv_stride_beyond_kernel"):
-            inserted(profile.lowerings[low].inserts[0], node)
+            inserted(profile.lowerings[low].inserts[0], node, low)
         if low == "global_depthwise_decomposed":
             kh = int(_kernel(node)[0])
             for _ in range(-(-kh // int(profile.limit("conv_kernel_h_native")))):
                 for op in profile.lowerings[low].inserts:
-                    inserted(op, node)
+                    inserted(op, node, low)
         rule = profile.operators.get(node.op)
         kind = rule.epoch if rule else "compute"
         extra = rule.extra_epochs if rule else 0
         if low == "channel_pad":
             first, last = profile.lowerings[low].inserts[0], profile.lowerings[low].inserts[-1]
-            inserted(first, node)
+            inserted(first, node, low)
             new(HW, node)  # an Identity copy, then the padding itself as a HW Conv (c_info:
             new(HW, node)  # 'Pad_33_conv_identity' -> 'Pad_33 Node kind=Conv', face_landmark; blazeface alike)
-            inserted(last, node)
+            inserted(last, node, low)
             continue
         if kind == "none":
             if extra and not _absorbed(view, node):
@@ -220,7 +221,7 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         for _ in range(extra):
             idx = new(HW, node)
         if low in ("conv_transpose", "dilated_conv"):
-            inserted(profile.lowerings[low].inserts[-1], node)
+            inserted(profile.lowerings[low].inserts[-1], node, low)
             continue  # the output comes from a SW/hybrid epoch
         for o in node.outputs:
             tensor_epoch[o.name] = idx
