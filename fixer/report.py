@@ -3,7 +3,6 @@ strings or rich renderables; the CLI decides where they go."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from . import __version__
@@ -66,8 +65,11 @@ def audit_dict(result: AuditResult, *, profile: str) -> dict[str, Any]:
 
 
 def _sw_summary(a: ModelAnalysis) -> str:
-    c = Counter(g.nodes and a.placement.by_name[g.nodes[0]].op_type for g in a.estimate.groups if g.unit == "SW")
-    return ", ".join(f"{op} x{n}" for op, n in c.most_common()) or "-"
+    """SW (and hybrid) epochs by the op name the report would print."""
+    e = a.estimate
+    parts = [f"{op} x{n}" for op, n in e.sw_ops.most_common()]
+    parts += [f"{op} x{n} (hybrid)" for op, n in e.hybrid_ops.most_common()]
+    return ", ".join(parts) or "-"
 
 
 def audit_markdown(result: AuditResult, *, profile: str) -> str:
@@ -116,7 +118,8 @@ def _md(s: str) -> str:
 def model_summary_line(path_name: str, a: ModelAnalysis) -> str:
     e, mem = a.estimate, a.memory
     fit = "fits on-chip" if mem.fits_on_chip else f"does NOT fit on-chip ({kib(mem.onchip_bytes)})"
-    return (f"{path_name}: estimated {e.epochs} epochs, {e.sw_epochs} SW, HW ratio {e.hw_ratio:.1%}; "
+    hyb = f", {e.hybrid_epochs} hybrid" if e.hybrid_epochs else ""
+    return (f"{path_name}: estimated {e.epochs} epochs, {e.sw_epochs} SW{hyb}, core {e.core or '?'}, HW ratio {e.hw_ratio:.1%}; "
             f"weights {kib(mem.weights_bytes)}, peak activations {kib(mem.peak_activation_bytes)} ({fit})")
 
 
@@ -430,9 +433,10 @@ def fix_renderables(result, *, verbose: bool = False):
     t.add_column("")
     t.add_column("epochs", justify="right")
     t.add_column("SW epochs", justify="right")
+    t.add_column("hybrid", justify="right")
     t.add_column("HW ratio", justify="right")
-    t.add_row("before", str(b.epochs), str(b.sw_epochs), f"{b.hw_ratio:.1%}")
-    t.add_row("after", str(a.epochs), str(a.sw_epochs), f"{a.hw_ratio:.1%}")
+    t.add_row("before", str(b.epochs), str(b.sw_epochs), str(b.hybrid_epochs), f"{b.hw_ratio:.1%}")
+    t.add_row("after", str(a.epochs), str(a.sw_epochs), str(a.hybrid_epochs), f"{a.hw_ratio:.1%}")
     out.append(t)
     q = getattr(result, "quantization", None)
     if q is not None:
