@@ -85,6 +85,18 @@ def test_hybrid_epochs_and_lowerings_match_the_3x_reports():
 
 
 @needs_pairs
+def test_readme_calibration_and_core_tables_are_current():
+    from fixer.calibrate import (CALIBRATION_BEGIN, CALIBRATION_END, CORES_BEGIN, CORES_END, calibration_block,
+                                 cores_block, replace_block)
+    from fixer.npu.profile import load_profile
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    want = replace_block(text, CORES_BEGIN, CORES_END, cores_block(load_profile()))
+    want = replace_block(want, CALIBRATION_BEGIN, CALIBRATION_END, calibration_block(list(rows()), EXCEPTIONS))
+    assert text == want, "README is stale: run python scripts/calibration_readme.py"
+
+
+@needs_pairs
 def test_calibrate_cli_json(tmp_path):
     exe = Path(sys.executable).with_name("nafix")
     cmd = [str(exe)] if exe.exists() else [sys.executable, "-m", "fixer.cli"]

@@ -66,7 +66,6 @@ class Lowering:
     inserts: tuple[str, ...]
     tag: str
     source: str
-    cores: tuple[str, ...] = ()  # core versions (prefixes) where it applies; empty: all
 
 
 def version_key(text: str) -> tuple[int, ...]:
@@ -214,8 +213,7 @@ def _parse_lowerings(data: Any, path: str) -> dict[str, Lowering]:
             raise ProfileError(f"{path}: '{where}' must be a mapping with inserts, tag and source.")
         ins = entry["inserts"]
         ins = (ins,) if isinstance(ins, str) else tuple(str(x) for x in ins)
-        out[str(name)] = Lowering(str(name), ins, _choice(entry, "tag", where, path, TAGS), str(entry.get("source", "")),
-                                  tuple(str(c) for c in entry.get("cores", ()) or ()))
+        out[str(name)] = Lowering(str(name), ins, _choice(entry, "tag", where, path, TAGS), str(entry.get("source", "")))
     return out
 
 
