@@ -186,7 +186,7 @@ def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str]]:
     producers = {o: n for n in g.node for o in n.output}
     for t, (qname, nchw) in imp.quantized_outputs.items():
         prod = producers.get(qname)
-        if prod is None or prod.op_type != "QuantizeLinear":
+        if prod is None or prod.op_type != "QuantizeLinear" or qname in rename:
             continue
         zp_init = next((i for i in g.initializer if i.name == prod.input[2]), None)
         elem = zp_init.data_type if zp_init is not None else onnx.TensorProto.INT8
