@@ -264,6 +264,9 @@ class FixResult:
     compiled: "CompileComparison | None" = None
     quantization: dict | None = None  # what --quantize did and the accuracy it cost
     pre_engine: "EngineResult | None" = None  # rewrites applied before quantization (float models)
+    #: A model imported from TFLite: the fixed model's outputs against the TFLite interpreter's on the
+    #: import check's seeded inputs (None for ONNX input, or when the interface changed).
+    source_check: list | None = None
 
     @property
     def changed(self) -> bool:
@@ -464,6 +467,10 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     src = Path(path)
     out, report_path, header_path = default_outputs(src, opts.output)
     loaded = load_model(src, input_shapes=opts.analysis.input_shapes)
+    import_check = check_loaded(loaded, seed=opts.seed)
+    if import_check is not None and not import_check.checked and not opts.dry_run:
+        raise InputError(f"{src}: writing a model fixed from a TFLite file needs the TFLite interpreter to check "
+                         "the import (pip install 'nafix[tflite]'); --dry-run analyses it without.")
     if not opts.dry_run:
         for p in (out, report_path, header_path):
             if p.exists() and src.exists() and p.resolve() == src.resolve():
@@ -528,6 +535,8 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         after=after, engine=engine, verification=verification, written=written,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
     )
+    if loaded.imported is not None and engine.changes:
+        result.source_check = _fixed_vs_source(loaded, engine, opts)
     if opts.compile is not None:
         result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
     if not opts.dry_run:
@@ -542,6 +551,13 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
             result.report_path = report_path
             atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n")
     return result
+
+
+def _fixed_vs_source(loaded: LoadedModel, engine, opts: FixOptions) -> list | None:
+    """The fixed model against the original's own runtime (the TFLite interpreter), same seeded inputs."""
+    from .importers.tflite_check import compare_model
+
+    return compare_model(loaded.imported, engine.model, io_changes=engine.io_changes, seed=opts.seed)
 
 
 # ------------------------------------------------------------------------------------------------

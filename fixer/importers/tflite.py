@@ -925,6 +925,10 @@ def _resize(mode):
             if align:
                 attrs["coordinate_transformation_mode"] = "align_corners"
                 attrs["nearest_mode"] = "round_prefer_ceil"
+            elif hpc and _integer_upscale(imp.shape(x), imp.shape(y)):
+                # floor((x + 0.5) / k) == floor(x / k) for an integer factor k: the NPU's own form
+                attrs["coordinate_transformation_mode"] = "asymmetric"
+                attrs["nearest_mode"] = "floor"
             elif hpc:  # floor((x + 0.5) * scale), TFLite's half-pixel nearest
                 attrs["coordinate_transformation_mode"] = "half_pixel"
                 attrs["nearest_mode"] = "round_prefer_ceil"
@@ -934,6 +938,10 @@ def _resize(mode):
         r = imp.node("Resize", [imp.fval(x, True), "", "", imp.ints([n, c, oh, ow], "sizes")], **attrs)[0]
         imp.emit(y, r, True)
     return handler
+
+
+def _integer_upscale(xs, ys) -> bool:
+    return all(o % i == 0 and o >= i for i, o in zip(xs[1:3], ys[1:3]))
 
 
 def _fully_connected(imp, ins, outs, opts):

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
 from dataclasses import dataclass, field
 
@@ -71,6 +72,28 @@ def interpreter_class():
         return tf.lite.Interpreter
     except ImportError:
         return None
+
+
+def make_interpreter(Interp, data: bytes, *, preserve: bool):
+    """The interpreter as users run it (default resolver, XNNPACK delegate for CPU); when the delegate
+    refuses the model (XNNPACK rejects e.g. an int8 CONCATENATION whose inputs differ in scale), TFLite's
+    own kernels without delegates."""
+    kwargs = {"experimental_preserve_all_tensors": True} if preserve else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the runtime warns that keeping every tensor costs memory
+        with _quiet_stderr():  # the runtime prints an INFO line about its CPU delegate
+            try:
+                interp = Interp(model_content=bytes(data), **kwargs)
+                interp.allocate_tensors()
+                return interp
+            except (ValueError, RuntimeError):
+                resolver = getattr(sys.modules.get(Interp.__module__), "OpResolverType", None)
+                if resolver is None:
+                    raise
+            interp = Interp(model_content=bytes(data), **kwargs,
+                            experimental_op_resolver_type=resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+            interp.allocate_tensors()
+            return interp
 
 
 @dataclass
@@ -214,12 +237,7 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
                            reason="no TFLite interpreter installed (pip install 'nafix[tflite]')")
     runtime = Interp.__module__.split(".")[0]
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the runtime warns that keeping every tensor costs memory
-            with _quiet_stderr():  # the runtime prints an INFO line about its CPU delegate
-                # The interpreter as users run it (default resolver, XNNPACK delegate for CPU).
-                interp = Interp(model_content=bytes(data), experimental_preserve_all_tensors=True)
-                interp.allocate_tensors()
+        interp = make_interpreter(Interp, data, preserve=True)
     except (ValueError, RuntimeError) as exc:
         return ImportCheck(checked=True, ok=False, runtime=runtime,
                            reason=f"the TFLite interpreter rejects the model ({str(exc).splitlines()[0]})")
@@ -281,17 +299,7 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
         g = np.stack([p[1] for p in pairs])
         if r.shape != g.shape:
             return _fail(res, f"output '{name}' has shape {list(g.shape[1:])}, the interpreter's is {list(r.shape[1:])}")
-        if r.dtype.kind == "f":
-            den = float(np.abs(r).max()) or 1.0
-            rel = float(np.abs(r.astype(np.float64) - g).max()) / den
-            lsb = dq_scale.get(name)
-            max_lsb = int(np.rint(np.abs(r.astype(np.float64) - g).max() / lsb)) if lsb else None
-            exact = float(np.mean(np.abs(r.astype(np.float64) - g) <= FLOAT_RTOL * den))
-            res.outputs.append(OutputDiff(name, str(r.dtype), max_lsb, exact, rel))
-        else:
-            d = np.abs(r.astype(np.int64) - g.astype(np.int64))
-            res.outputs.append(OutputDiff(name, str(r.dtype), int(d.max()) if d.size else 0,
-                                          float(np.mean(d == 0)) if d.size else 1.0, 0.0))
+        res.outputs.append(_diff(name, r, g, dq_scale.get(name)))
     if res.op_max_lsb > OP_TOLERANCE_LSB:
         return _fail(res, f"operator {res.worst_op} differs from the TFLite interpreter by {res.op_max_lsb} LSB "
                           f"given the same inputs (at most {OP_TOLERANCE_LSB} is a rounding tie)")
@@ -317,3 +325,56 @@ def _output_lsb(model: onnx.ModelProto) -> dict[str, float]:
             if s.size == 1:
                 lsb[o.name] = float(s)
     return lsb
+
+
+def compare_model(imp: ImportedTFLite, model: onnx.ModelProto, *, io_changes=(), seed: int = 0,
+                  samples: int = 1) -> list[OutputDiff] | None:
+    """A rewritten model against the TFLite interpreter on the same seeded inputs as the import check.
+
+    ``io_changes`` (:class:`fixer.rewriters.IoChange`) are the edges a rewrite made int8: such an input
+    is fed the interpreter's float input quantized as the application would (round half to even), such
+    an output is dequantized with its recorded scale and zero-point before the comparison. None when
+    no interpreter is installed or the model's interface is not the TFLite one up to those changes."""
+    from ..verify import dequantize, quantize_like_ort
+
+    Interp = interpreter_class()
+    if Interp is None:
+        return None
+    changed_in = {c.name: c for c in io_changes if c.kind == "input"}
+    changed_out = {c.name: c for c in io_changes if c.kind == "output"}
+    ins = {i.name for i in model.graph.input}
+    outs = {o.name for o in model.graph.output}
+    if ins != set(imp.input_names) or outs != set(imp.output_names):
+        return None
+    if any(isinstance(c.scale, list) for c in io_changes):
+        return None
+    interp = make_interpreter(Interp, imp.data, preserve=False)
+    sess = _session(model)
+    feeds = seeded_inputs(imp, interp, seed=seed, samples=samples)
+    lsb = _output_lsb(imp.model)
+    pairs: dict[str, list] = {}
+    for feed in feeds:
+        for d, name in zip(interp.get_input_details(), imp.input_names):
+            interp.set_tensor(d["index"], feed[name])
+        interp.invoke()
+        mfeed = {k: (quantize_like_ort(v, changed_in[k].scale, changed_in[k].zero_point, changed_in[k].dtype)
+                     if k in changed_in else v) for k, v in feed.items()}
+        got = dict(zip(imp.output_names, sess.run(imp.output_names, mfeed)))
+        for name, c in changed_out.items():
+            got[name] = dequantize(got[name], c.scale, c.zero_point)
+        for d, name in zip(interp.get_output_details(), imp.output_names):
+            pairs.setdefault(name, []).append((interp.get_tensor(d["index"]), got[name]))
+    return [_diff(name, np.stack([p[0] for p in ps]), np.stack([p[1] for p in ps]), lsb.get(name))
+            for name, ps in pairs.items()]
+
+
+def _diff(name: str, r: np.ndarray, g: np.ndarray, lsb: float | None) -> OutputDiff:
+    if r.dtype.kind == "f":
+        err = np.abs(r.astype(np.float64) - g)
+        den = float(np.abs(r).max()) or 1.0
+        max_lsb = int(np.rint(err.max() / lsb)) if lsb and err.size else None
+        exact = float(np.mean(err <= FLOAT_RTOL * den)) if err.size else 1.0
+        return OutputDiff(name, str(r.dtype), max_lsb, exact, float(err.max()) / den if err.size else 0.0)
+    d = np.abs(r.astype(np.int64) - g.astype(np.int64))
+    return OutputDiff(name, str(r.dtype), int(d.max()) if d.size else 0,
+                      float(np.mean(d == 0)) if d.size else 1.0, 0.0)
