@@ -187,6 +187,7 @@ class _Importer:
             if t not in io_names:
                 io_names[t] = self.uniq(self.tname(t))
         graph_inputs = []
+        self.cur = {"nafix.tflite.edge": "input"}
         for t in in_idx:
             name = io_names[t]
             ten = sg.Tensors(t)
