@@ -24,6 +24,7 @@ import contextlib
 import os
 import sys
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,6 +124,8 @@ class ImportCheck:
     ops_off_by_one: int = 0
     worst_op: str = ""
     outputs: list[OutputDiff] = field(default_factory=list)
+    #: TFLite operator -> how many of its outputs had a one-LSB rounding tie somewhere.
+    ties_by_op: dict[str, int] = field(default_factory=dict)
 
     @property
     def bit_exact(self) -> bool:
@@ -143,7 +146,7 @@ class ImportCheck:
     def as_dict(self) -> dict:
         return {"checked": self.checked, "ok": self.ok, "runtime": self.runtime, "reason": self.reason,
                 "samples": self.samples, "ops_checked": self.ops_checked, "op_max_lsb": self.op_max_lsb,
-                "ops_off_by_one": self.ops_off_by_one, "worst_op": self.worst_op,
+                "ops_off_by_one": self.ops_off_by_one, "ties_by_op": self.ties_by_op, "worst_op": self.worst_op,
                 "op_tolerance_lsb": OP_TOLERANCE_LSB, "outputs": [o.as_dict() for o in self.outputs]}
 
 
@@ -294,6 +297,7 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
     res.op_max_lsb = max(worst[0], 0)
     res.worst_op = worst[1]
     res.ops_off_by_one = len(off_by_one)
+    res.ties_by_op = dict(sorted(Counter(op_of.get(t, (-1, "?"))[1] for t in off_by_one).items()))
     for name, pairs in out_stats.items():
         r = np.stack([p[0] for p in pairs])
         g = np.stack([p[1] for p in pairs])
