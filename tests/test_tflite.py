@@ -24,7 +24,7 @@ from fixer.model_io import load_model
 from tests.test_cli_audit import run
 
 DATA = Path(__file__).resolve().parent / "data" / "tflite"
-GOOD = ["movenet_like.tflite", "int8_cnn.tflite", "int8_misc.tflite"]
+GOOD = ["movenet_like.tflite", "int8_cnn.tflite", "int8_misc.tflite", "int8_more.tflite"]
 PAIRS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "pairs"
 PAIR_MODELS = sorted(PAIRS.glob("*/*.tflite")) + sorted(PAIRS.glob("*/models/*.tflite")) if PAIRS.is_dir() else []
 
@@ -109,6 +109,20 @@ def test_import_matches_the_interpreter_op_by_op(name):
     assert check.checked and check.ok, check.reason
     assert check.ops_checked >= 5 and check.op_max_lsb <= OP_TOLERANCE_LSB
     assert check.outputs and all(o.exact_fraction > 0.9 for o in check.outputs), check.summary()
+
+
+@needs_interpreter
+def test_float_model_imports_within_float_rounding():
+    imp = read_tflite(DATA / "float_model.tflite")
+    assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in imp.model.graph.node)
+    check = check_import(imp, imp.data)
+    assert check.ok and check.ops_checked == 0, check.reason
+    assert check.outputs[0].max_rel <= tflite_check.FLOAT_RTOL
+    # A float model has no op-by-op check: a wrong float operator must fail end to end.
+    div = next(n for n in imp.model.graph.node if n.op_type == "Div")
+    div.op_type = "Mul"
+    check = check_import(imp, imp.data)
+    assert not check.ok and "float output 'output'" in check.reason
 
 
 @needs_interpreter

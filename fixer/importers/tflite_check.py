@@ -139,9 +139,11 @@ class ImportCheck:
         outs = ", ".join(
             f"{o.name} {o.dtype}: " + (f"max {o.max_lsb} LSB, " if o.max_lsb is not None else "")
             + f"{100 * o.exact_fraction:.2f}% exact" for o in self.outputs)
-        return (f"import checked against {self.runtime} on {self.samples} seeded input(s): "
-                f"{self.ops_checked} quantized op outputs within {self.op_max_lsb} LSB "
-                f"({self.ops_off_by_one} with a one-LSB rounding tie); outputs {outs}")
+        ops = (f"{self.ops_checked} quantized op outputs within {self.op_max_lsb} LSB "
+               f"({self.ops_off_by_one} with a one-LSB rounding tie)" if self.ops_checked
+               else f"float model, outputs within {FLOAT_RTOL:g} relative")
+        return f"import checked against {self.runtime} on {self.samples} seeded input(s): {ops}; outputs {outs}"
+
 
     def as_dict(self) -> dict:
         return {"checked": self.checked, "ok": self.ok, "runtime": self.runtime, "reason": self.reason,
@@ -304,6 +306,11 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
         if r.shape != g.shape:
             return _fail(res, f"output '{name}' has shape {list(g.shape[1:])}, the interpreter's is {list(r.shape[1:])}")
         res.outputs.append(_diff(name, r, g, dq_scale.get(name)))
+    if not fed:  # a float model: nothing rounds to int8, so its float outputs must agree to FLOAT_RTOL
+        for o in res.outputs:
+            if o.dtype.startswith("float") and o.max_rel > FLOAT_RTOL:
+                return _fail(res, f"float output '{o.name}' differs from the TFLite interpreter by {o.max_rel:.2g} "
+                                  f"of its largest magnitude (at most {FLOAT_RTOL:g} is float rounding)")
     if res.op_max_lsb > OP_TOLERANCE_LSB:
         return _fail(res, f"operator {res.worst_op} differs from the TFLite interpreter by {res.op_max_lsb} LSB "
                           f"given the same inputs (at most {OP_TOLERANCE_LSB} is a rounding tie)")

@@ -12,6 +12,11 @@ activations use their int8 range without saturating everywhere. The files:
   CONCATENATION, RESIZE_NEAREST_NEIGHBOR, AVERAGE_POOL_2D, MEAN, FULLY_CONNECTED, SOFTMAX.
 * ``int8_misc.tflite``: uint8 input -> QUANTIZE, TRANSPOSE_CONV, PRELU, LEAKY_RELU, HARD_SWISH, MUL,
   STRIDED_SLICE, TRANSPOSE, RESHAPE, TILE (1x1 -> HxW), int8 output.
+* ``int8_more.tflite``: SPLIT, RELU, RELU6, MAXIMUM, MINIMUM, TANH, CONCATENATION (axis -1),
+  SPACE_TO_DEPTH, DEPTH_TO_SPACE, REDUCE_MAX, SUM, SLICE, PADV2, SQUEEZE, EXPAND_DIMS, GATHER, ARG_MAX,
+  PACK, ADD with a fused RELU; six outputs (int8 and int32).
+* ``float_model.tflite``: a float32 model: CONV_2D (RELU), DEPTHWISE_CONV_2D (RELU6), ADD, MEAN,
+  FULLY_CONNECTED, DIV.
 * ``custom_op.tflite``, ``flex_op.tflite``, ``float16.tflite``, ``unsupported_op.tflite``: models
   nafix must refuse with one error sentence.
 """
@@ -323,6 +328,95 @@ def int8_misc() -> bytes:
     return m.build()
 
 
+def int8_more() -> bytes:
+    m = Model(seed=7)
+    s, z = 1 / 32, 0
+    x = m.act("input", (1, 8, 8, 8), s, z)
+    axis = m.const("split/axis", 3, "int32")
+    a = m.act("split_a", (1, 8, 8, 4), s, z)
+    b = m.act("split_b", (1, 8, 8, 4), s, z)
+    m.op("SPLIT", [axis, x], [a, b], "SplitOptions", {"NumSplits": 2})
+    ra = m.act("relu", (1, 8, 8, 4), s, -128)
+    m.op("RELU", [a], [ra])
+    rb = m.act("relu6", (1, 8, 8, 4), 6 / 255, -128)
+    m.op("RELU6", [b], [rb])
+    mx = m.act("maximum", (1, 8, 8, 4), s, z)
+    m.op("MAXIMUM", [a, b], [mx])
+    mn = m.act("minimum", (1, 8, 8, 4), s, z)
+    m.op("MINIMUM", [a, b], [mn])
+    th = m.act("tanh", (1, 8, 8, 4), 1 / 128, 0)
+    m.op("TANH", [mx], [th])
+    cat = m.act("concat", (1, 8, 8, 8), s, z)
+    m.op("CONCATENATION", [mx, mn], [cat], "ConcatenationOptions", {"Axis": -1, "FusedActivationFunction": NONE})
+    s2d = m.act("space_to_depth", (1, 4, 4, 32), s, z)
+    m.op("SPACE_TO_DEPTH", [cat], [s2d], "SpaceToDepthOptions", {"BlockSize": 2})
+    d2s = m.act("depth_to_space", (1, 8, 8, 8), s, z)
+    m.op("DEPTH_TO_SPACE", [s2d], [d2s], "DepthToSpaceOptions", {"BlockSize": 2})
+    rmax_axes = m.const("reduce_max/axes", [3], "int32")
+    rmax = m.act("reduce_max", (1, 8, 8, 1), s, z)
+    m.op("REDUCE_MAX", [d2s, rmax_axes], [rmax], "ReducerOptions", {"KeepDims": True})
+    sum_axes = m.const("sum/axes", [1, 2], "int32")
+    sm = m.act("sum", (1, 8), 2.0, 0)
+    m.op("SUM", [d2s, sum_axes], [sm], "ReducerOptions", {"KeepDims": False})
+    begin = m.const("slice/begin", [0, 1, 1, 0], "int32")
+    size = m.const("slice/size", [1, 6, 6, -1], "int32")
+    sl = m.act("slice", (1, 6, 6, 8), s, z)
+    m.op("SLICE", [cat, begin, size], [sl])
+    pads = m.const("padv2/paddings", [[0, 0], [1, 1], [1, 1], [0, 0]], "int32")
+    pval = m.const("padv2/value", [12], "int8", scale=s, zp=z)
+    pv = m.act("padv2", (1, 8, 8, 8), s, z)
+    m.op("PADV2", [sl, pads, pval], [pv])
+    sq = m.act("squeeze", (8, 8), s, z)
+    m.op("SQUEEZE", [rmax], [sq], "SqueezeOptions", {})
+    ed_axis = m.const("expand_dims/axis", [0], "int32")
+    ed = m.act("expand_dims", (1, 8, 8), s, z)
+    m.op("EXPAND_DIMS", [sq, ed_axis], [ed])
+    idx = m.const("gather/indices", [0, 2, 5], "int32")
+    ga = m.act("gather", (1, 3, 8), s, z)
+    m.op("GATHER", [ed, idx], [ga], "GatherOptions", {"Axis": 1})
+    am_axis = m.const("arg_max/axis", [1], "int32")
+    am = m.tensor("arg_max", (1,), "int32")
+    m.op("ARG_MAX", [sm, am_axis], [am], "ArgMaxOptions", {"OutputType": tflite.TensorType.INT32})
+    pk = m.act("pack", (2, 1, 8), 2.0, 0)
+    m.op("PACK", [sm, sm], [pk], "PackOptions", {"ValuesCount": 2, "Axis": 0})
+    add = m.act("add_relu", (1, 8, 8, 4), 0.05, -128)
+    m.op("ADD", [ra, rb], [add], "AddOptions", {"FusedActivationFunction": RELU})
+    m.inputs, m.outputs = [x], [th, pv, ga, am, pk, add]
+    return m.build()
+
+
+def float_model() -> bytes:
+    m = Model(seed=8)
+    rng = m.rng
+    x = m.tensor("input", (1, 8, 8, 3), "float32")
+    w = m.const("conv/weights", rng.normal(0, 0.5, (6, 3, 3, 3)), "float32")
+    b = m.const("conv/bias", rng.normal(0, 0.1, 6), "float32")
+    c = m.tensor("conv", (1, 4, 4, 6), "float32")
+    m.op("CONV_2D", [x, w, b], [c], "Conv2DOptions",
+         {"Padding": SAME, "StrideW": 2, "StrideH": 2, "FusedActivationFunction": RELU,
+          "DilationWFactor": 1, "DilationHFactor": 1})
+    dw = m.const("dw/weights", rng.normal(0, 0.5, (1, 3, 3, 6)), "float32")
+    db = m.const("dw/bias", rng.normal(0, 0.1, 6), "float32")
+    d = m.tensor("dw", (1, 4, 4, 6), "float32")
+    m.op("DEPTHWISE_CONV_2D", [c, dw, db], [d], "DepthwiseConv2DOptions",
+         {"Padding": SAME, "StrideW": 1, "StrideH": 1, "DepthMultiplier": 1,
+          "FusedActivationFunction": RELU6, "DilationWFactor": 1, "DilationHFactor": 1})
+    a = m.tensor("add", (1, 4, 4, 6), "float32")
+    m.op("ADD", [c, d], [a], "AddOptions", {"FusedActivationFunction": NONE})
+    axes = m.const("mean/axes", [1, 2], "int32")
+    mean = m.tensor("mean", (1, 6), "float32")
+    m.op("MEAN", [a, axes], [mean], "ReducerOptions", {"KeepDims": False})
+    fw = m.const("fc/weights", rng.normal(0, 0.5, (4, 6)), "float32")
+    fb = m.const("fc/bias", rng.normal(0, 0.1, 4), "float32")
+    fc = m.tensor("fc", (1, 4), "float32")
+    m.op("FULLY_CONNECTED", [mean, fw, fb], [fc], "FullyConnectedOptions", {"FusedActivationFunction": NONE})
+    den = m.const("div/denominator", [2.0, 4.0, 0.5, 8.0], "float32")
+    out = m.tensor("output", (1, 4), "float32")
+    m.op("DIV", [fc, den], [out], "DivOptions", {"FusedActivationFunction": NONE})
+    m.inputs, m.outputs = [x], [out]
+    return m.build()
+
+
 def custom_op(flex: bool) -> bytes:
     m = Model(seed=4)
     x = m.tensor("input", (1, 4), "float32")
@@ -355,6 +449,7 @@ def unsupported_op() -> bytes:
 
 MODELS = {
     "movenet_like.tflite": movenet_like, "int8_cnn.tflite": int8_cnn, "int8_misc.tflite": int8_misc,
+    "int8_more.tflite": int8_more, "float_model.tflite": float_model,
     "custom_op.tflite": lambda: custom_op(False), "flex_op.tflite": lambda: custom_op(True),
     "float16.tflite": float16, "unsupported_op.tflite": unsupported_op,
 }
