@@ -280,3 +280,33 @@ def test_pair_model_imports_exactly(path):
     int8_outs = [o for o in check.outputs if o.dtype == "int8"]
     for o in int8_outs:  # end to end, one-LSB ties inside the network move outputs by a few LSB at most
         assert o.max_lsb is not None and o.max_lsb <= 64 and o.exact_fraction > 0.5, check.summary()
+
+
+# ---------------------------------------------------------------------------------------------
+# compile: the .tflite itself goes to stedgeai (the stand-in in tests/fake_stedgeai)
+# ---------------------------------------------------------------------------------------------
+
+FAKE = Path(__file__).resolve().parent / "fake_stedgeai" / "stedgeai"
+
+
+@needs_interpreter
+def test_compile_and_fix_compile_pass_the_tflite_to_stedgeai(tmp_path, capsys, monkeypatch):
+    import os
+    import sys
+
+    monkeypatch.setenv("PATH", os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", ""))
+    for var in ("STEDGEAI_CORE_DIR", "FAKE_STEDGEAI_FORMAT", "FAKE_STEDGEAI_FAIL", "FAKE_STEDGEAI_HANG"):
+        monkeypatch.delenv(var, raising=False)
+    model = tmp_path / "movenet_like.tflite"
+    shutil.copy(DATA / "movenet_like.tflite", model)
+    code, out, err = run(["compile", model, "--stedgeai", FAKE, "--format", "json"], capsys)
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["stedgeai"]["model"] == str(model) and data["stedgeai"]["ok"]
+    assert "Resize" in data["stedgeai"]["sw_ops"]  # the stand-in's bilinear Resize rule, on the TFLite
+    code, out, err = run(["fix", model, "--compile", "--stedgeai", FAKE], capsys)
+    assert code == 0, out + err
+    st = json.loads((tmp_path / "movenet_like.nafix.json").read_text())["stedgeai"]
+    assert st["before"]["ok"] and st["after"]["ok"] and st["after"]["hw_ratio"] > st["before"]["hw_ratio"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["movenet_like.tflite", "movenet_like.nafix.onnx", "movenet_like.nafix.json", "movenet_like.nafix.h"])
