@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import __version__
-from .api import AuditResult, ModelAnalysis
+from .results import AuditResult, FixResult, ModelAnalysis
 
 ESTIMATE_NOTE = (
     "Epoch counts, HW ratios and memory figures are estimated by nafix's placement model "
@@ -36,6 +36,9 @@ def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
         "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes,
                     **({"reported_as": g.reported_as} if g.unit != "HW" else {})} for g in a.estimate.groups],
     }
+
+
+_FORMAT_LABELS = {"tflite": "TFLite", "onnx": "ONNX"}
 
 
 def _import_dict(loaded) -> dict[str, Any]:
@@ -352,9 +355,7 @@ def edge_io(model) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": ins, "outputs": outs}
 
 
-def fix_dict(result) -> dict[str, Any]:
-    from .api import FixResult  # noqa: F401  (type only)
-
+def fix_dict(result: FixResult) -> dict[str, Any]:
     before = result.before
     after = result.final
     v = result.verification
@@ -383,6 +384,12 @@ def fix_dict(result) -> dict[str, Any]:
         "memory": {"before": before.memory.as_dict(), "after": after.memory.as_dict()},
         "rules_run": result.rules_run,
         "warnings": result.warnings,
+        "source_format": {"before": _import_dict(before.loaded)["source_format"], "after": "onnx"},
+        **({"import_check": before.loaded.imported.check.as_dict()}
+           if getattr(before.loaded, "imported", None) is not None and before.loaded.imported.check is not None
+           else {}),
+        **({"fixed_vs_tflite": [o.as_dict() for o in result.source_check]}
+           if getattr(result, "source_check", None) else {}),
         **({"stedgeai": result.compiled.as_dict()} if getattr(result, "compiled", None) is not None else {}),
         **({"quantization": result.quantization} if getattr(result, "quantization", None) is not None else {}),
     }
@@ -435,9 +442,17 @@ def fix_renderables(result, *, verbose: bool = False):
     t.add_column("SW epochs", justify="right")
     t.add_column("hybrid", justify="right")
     t.add_column("HW ratio", justify="right")
-    t.add_row("before", str(b.epochs), str(b.sw_epochs), str(b.hybrid_epochs), f"{b.hw_ratio:.1%}")
-    t.add_row("after", str(a.epochs), str(a.sw_epochs), str(a.hybrid_epochs), f"{a.hw_ratio:.1%}")
+    imported = getattr(result.before.loaded, "imported", None)
+    src_label = f" ({_FORMAT_LABELS.get(imported.source_format, imported.source_format)})" if imported is not None else ""
+    t.add_row("before" + src_label, str(b.epochs), str(b.sw_epochs), str(b.hybrid_epochs), f"{b.hw_ratio:.1%}")
+    t.add_row("after (ONNX)" if imported is not None else "after", str(a.epochs), str(a.sw_epochs),
+              str(a.hybrid_epochs), f"{a.hw_ratio:.1%}")
     out.append(t)
+    if imported is not None and imported.check is not None:
+        out.append(Text(imported.check.summary(), style="dim"))
+    for o in getattr(result, "source_check", None) or []:
+        lsb = f"max {o.max_lsb} LSB, " if o.max_lsb is not None else ""
+        out.append(Text(f"  fixed model vs TFLite interpreter, {o.name}: {lsb}{o.exact_fraction:.2%} exact"))
     q = getattr(result, "quantization", None)
     if q is not None:
         out.extend(quantization_renderables(q, result))

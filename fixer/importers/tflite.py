@@ -128,6 +128,7 @@ class _Importer:
         self.qouts: dict[int, tuple[str, bool]] = {}
         self.cur: dict | None = None  # TFLite provenance stamped on nodes being created
         self.graph_outputs: set[int] = set()
+        self.reshaped_from: dict[int, int] = {}  # RESHAPE output -> its input tensor
 
     # -- flatbuffer access ----------------------------------------------------------------------
     def fail(self, msg: str):
@@ -186,6 +187,7 @@ class _Importer:
             if t not in io_names:
                 io_names[t] = self.uniq(self.tname(t))
         graph_inputs = []
+        self.cur = {"nafix.tflite.edge": "input"}
         for t in in_idx:
             name = io_names[t]
             ten = sg.Tensors(t)
@@ -242,6 +244,7 @@ class _Importer:
             if qn in rename:
                 self.qouts[t] = (rename[qn], lay)
 
+        self._prune([o.name for o in graph_outputs])
         graph = helper.make_graph(self.nodes, self.graph_name(), graph_inputs, graph_outputs, self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", IMPORT_OPSET)],
                                   producer_name="nafix-tflite-import")
@@ -261,6 +264,19 @@ class _Importer:
             input_names=[io_names[t] for t in in_idx], output_names=[io_names[t] for t in out_idx],
             io_tensors={io_names[t]: t for t in in_idx + out_idx}, data=self.data,
         )
+
+    def _prune(self, outputs: list[str]):
+        """Drop nodes and initializers nothing reads (e.g. a reshape another reshape now bypasses)."""
+        live = set(outputs)
+        kept = []
+        for n in reversed(self.nodes):
+            if any(o in live for o in n.output):
+                kept.append(n)
+                live.update(i for i in n.input if i)
+        self.nodes = kept[::-1]
+        self.inits = [t for t in self.inits if t.name in live]
+        produced = {o for n in self.nodes for o in n.output}
+        self.qouts = {t: v for t, v in self.qouts.items() if v[0] in produced or v[0] in outputs}
 
     def graph_name(self) -> str:
         name = self.sg.Name()
@@ -510,6 +526,33 @@ class _Importer:
             if self.ttype(t) == "UINT8" or self.ttype(t) == "INT8":
                 self.fail(f"tensor '{self.tname(t)}' is {self.ttype(t).lower()} without quantization parameters.")
             self.vals[t] = _Val(f=fname, q=None, nchw=nchw)
+
+    def is_const(self, t: int) -> bool:
+        v = self.val(t)
+        return v.const is not None and v.f is None and v.q is None
+
+    def foldable(self, x: int, y: int) -> bool:
+        """``y`` computed from constant ``x`` alone can be a constant (same quantization, or none)."""
+        return self.is_const(x) and (not self.is_quant(y) or self.alias_ok(x, y))
+
+    def alias_ok(self, x: int, y: int) -> bool:
+        """Same type and quantization: a value of ``x`` stands for ``y`` up to its shape."""
+        qx, qy = self.qparams(x), self.qparams(y)
+        same_q = (qx is None and qy is None) or (
+            qx is not None and qy is not None and np.array_equal(qx[0], qy[0]) and np.array_equal(qx[1], qy[1]))
+        return self.ttype(x) == self.ttype(y) and same_q
+
+    def alias(self, x: int, y: int) -> bool:
+        """Make ``y`` the same ONNX value as ``x`` (an operator that changes nothing: a TILE by ones).
+        Only when both carry the same type and quantization; returns whether it did."""
+        if not self.alias_ok(x, y) or self.shape(x) != self.shape(y) or y in self.graph_outputs:
+            return False
+        v = self.val(x)
+        self.vals[y] = v
+        self.reshaped_from[y] = x
+        if x in self.qouts:
+            self.qouts.setdefault(y, self.qouts[x])
+        return True
 
     def emit_const(self, t: int, arr: np.ndarray):
         self.vals[t] = _Val(f=None, q=None, nchw=False, const=np.asarray(arr))
@@ -824,11 +867,16 @@ def _reduce(op_type):
 def _reshape(imp, ins, outs, opts):
     x, y = ins[0], outs[0]
     shape = imp.shape(y)
-    if imp.val(x).const is not None and imp.val(x).f is None and imp.val(x).q is None and not imp.is_quant(y):
+    if imp.foldable(x, y):
         imp.emit_const(y, imp.val(x).const.reshape(shape))
         return
-    r = imp.node("Reshape", [imp.fval(x, False), imp.ints(shape)])[0]
+    # A reshape of a reshape reads the first one's input (same values, one data movement less).
+    src = x
+    while src in imp.reshaped_from and imp.alias_ok(imp.reshaped_from[src], src):
+        src = imp.reshaped_from[src]
+    r = imp.node("Reshape", [imp.fval(src, False), imp.ints(shape)])[0]
     imp.emit(y, r, False)
+    imp.reshaped_from[y] = src
 
 
 def _transpose(imp, ins, outs, opts):
@@ -878,6 +926,10 @@ def _resize(mode):
             if align:
                 attrs["coordinate_transformation_mode"] = "align_corners"
                 attrs["nearest_mode"] = "round_prefer_ceil"
+            elif hpc and _integer_upscale(imp.shape(x), imp.shape(y)):
+                # floor((x + 0.5) / k) == floor(x / k) for an integer factor k: the NPU's own form
+                attrs["coordinate_transformation_mode"] = "asymmetric"
+                attrs["nearest_mode"] = "floor"
             elif hpc:  # floor((x + 0.5) * scale), TFLite's half-pixel nearest
                 attrs["coordinate_transformation_mode"] = "half_pixel"
                 attrs["nearest_mode"] = "round_prefer_ceil"
@@ -887,6 +939,10 @@ def _resize(mode):
         r = imp.node("Resize", [imp.fval(x, True), "", "", imp.ints([n, c, oh, ow], "sizes")], **attrs)[0]
         imp.emit(y, r, True)
     return handler
+
+
+def _integer_upscale(xs, ys) -> bool:
+    return all(o % i == 0 and o >= i for i, o in zip(xs[1:3], ys[1:3]))
 
 
 def _fully_connected(imp, ins, outs, opts):
@@ -948,7 +1004,7 @@ def _strided_slice(imp, ins, outs, opts):
         imp.fail(f"STRIDED_SLICE '{imp.tname(y)}' has non-constant begin/end/strides.")
     slices = _strided_slice_spec(imp, ins, outs, opts)
     v = imp.val(x)
-    if v.const is not None and v.f is None and v.q is None and not imp.is_quant(y):
+    if imp.foldable(x, y):
         imp.emit_const(y, v.const[tuple(slices)].reshape(imp.shape(y)))
         return
     _slice_nodes(imp, x, y, slices)
@@ -992,7 +1048,7 @@ def _slice(imp, ins, outs, opts):
     slices = [slice(int(b), shape[a] if int(s) == -1 else int(b) + int(s), 1)
               for a, (b, s) in enumerate(zip(np.reshape(begin, -1), np.reshape(size, -1)))]
     v = imp.val(x)
-    if v.const is not None and v.f is None and v.q is None and not imp.is_quant(y):
+    if imp.foldable(x, y):
         imp.emit_const(y, v.const[tuple(slices)])
         return
     _slice_nodes(imp, x, y, slices)
@@ -1021,10 +1077,20 @@ def _tile(imp, ins, outs, opts):
     if reps is None:
         imp.fail(f"TILE '{imp.tname(y)}' has non-constant multiples.")
     v = imp.val(x)
-    if v.const is not None and v.f is None and v.q is None and not imp.is_quant(y):
+    if imp.foldable(x, y):
         imp.emit_const(y, np.tile(v.const, np.asarray(reps).reshape(-1)))
         return
     reps = np.asarray(reps, np.int64).reshape(-1)
+    xs = imp.shape(x)
+    if (reps == 1).all() and imp.alias(x, y):
+        return
+    if len(reps) == 4 and reps[0] == 1 and reps[3] == 1 and xs[1] == 1 and xs[2] == 1:
+        # Tiling a 1x1 map over H and W is a nearest upsampling (stedgeai reads it as a resize).
+        n, oh, ow, c = imp.shape(y)
+        r = imp.node("Resize", [imp.fval(x, True), "", "", imp.ints([n, c, oh, ow], "sizes")], mode="nearest",
+                     coordinate_transformation_mode="asymmetric", nearest_mode="floor")[0]
+        imp.emit(y, r, True)
+        return
     nchw = imp.layout_of([x]) and len(reps) == 4
     if nchw:
         reps = reps[list(NCHW)]
@@ -1034,7 +1100,7 @@ def _tile(imp, ins, outs, opts):
 def _squeeze_like(imp, ins, outs, opts):
     x, y = ins[0], outs[0]
     v = imp.val(x)
-    if v.const is not None and v.f is None and v.q is None and not imp.is_quant(y):
+    if imp.foldable(x, y):
         imp.emit_const(y, v.const.reshape(imp.shape(y)))
         return
     imp.emit(y, imp.node("Reshape", [imp.fval(x, False), imp.ints(imp.shape(y))])[0], False)
@@ -1084,7 +1150,7 @@ def _gather(imp, ins, outs, opts):
         imp.fail(f"GATHER '{imp.tname(y)}' has non-constant indices.")
     axis = opts.Axis() % imp.rank(x)
     v = imp.val(x)
-    if v.const is not None and v.f is None and v.q is None and not imp.is_quant(y):
+    if imp.foldable(x, y):
         imp.emit_const(y, np.take(v.const, indices, axis=axis))
         return
     imp.emit(y, imp.node("Gather", [imp.fval(x, False), imp.init("indices", np.asarray(indices, np.int64))],

@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import warnings
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -73,6 +75,28 @@ def interpreter_class():
         return None
 
 
+def make_interpreter(Interp, data: bytes, *, preserve: bool):
+    """The interpreter as users run it (default resolver, XNNPACK delegate for CPU); when the delegate
+    refuses the model (XNNPACK rejects e.g. an int8 CONCATENATION whose inputs differ in scale), TFLite's
+    own kernels without delegates."""
+    kwargs = {"experimental_preserve_all_tensors": True} if preserve else {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the runtime warns that keeping every tensor costs memory
+        with _quiet_stderr():  # the runtime prints an INFO line about its CPU delegate
+            try:
+                interp = Interp(model_content=bytes(data), **kwargs)
+                interp.allocate_tensors()
+                return interp
+            except (ValueError, RuntimeError):
+                resolver = getattr(sys.modules.get(Interp.__module__), "OpResolverType", None)
+                if resolver is None:
+                    raise
+            interp = Interp(model_content=bytes(data), **kwargs,
+                            experimental_op_resolver_type=resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
+            interp.allocate_tensors()
+            return interp
+
+
 @dataclass
 class OutputDiff:
     name: str
@@ -100,6 +124,8 @@ class ImportCheck:
     ops_off_by_one: int = 0
     worst_op: str = ""
     outputs: list[OutputDiff] = field(default_factory=list)
+    #: TFLite operator -> how many of its outputs had a one-LSB rounding tie somewhere.
+    ties_by_op: dict[str, int] = field(default_factory=dict)
 
     @property
     def bit_exact(self) -> bool:
@@ -113,14 +139,16 @@ class ImportCheck:
         outs = ", ".join(
             f"{o.name} {o.dtype}: " + (f"max {o.max_lsb} LSB, " if o.max_lsb is not None else "")
             + f"{100 * o.exact_fraction:.2f}% exact" for o in self.outputs)
-        return (f"import checked against {self.runtime} on {self.samples} seeded input(s): "
-                f"{self.ops_checked} quantized op outputs within {self.op_max_lsb} LSB "
-                f"({self.ops_off_by_one} with a one-LSB rounding tie); outputs {outs}")
+        ops = (f"{self.ops_checked} quantized op outputs within {self.op_max_lsb} LSB "
+               f"({self.ops_off_by_one} with a one-LSB rounding tie)" if self.ops_checked
+               else f"float model, outputs within {FLOAT_RTOL:g} relative")
+        return f"import checked against {self.runtime} on {self.samples} seeded input(s): {ops}; outputs {outs}"
+
 
     def as_dict(self) -> dict:
         return {"checked": self.checked, "ok": self.ok, "runtime": self.runtime, "reason": self.reason,
                 "samples": self.samples, "ops_checked": self.ops_checked, "op_max_lsb": self.op_max_lsb,
-                "ops_off_by_one": self.ops_off_by_one, "worst_op": self.worst_op,
+                "ops_off_by_one": self.ops_off_by_one, "ties_by_op": self.ties_by_op, "worst_op": self.worst_op,
                 "op_tolerance_lsb": OP_TOLERANCE_LSB, "outputs": [o.as_dict() for o in self.outputs]}
 
 
@@ -186,7 +214,7 @@ def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str]]:
     producers = {o: n for n in g.node for o in n.output}
     for t, (qname, nchw) in imp.quantized_outputs.items():
         prod = producers.get(qname)
-        if prod is None or prod.op_type != "QuantizeLinear":
+        if prod is None or prod.op_type != "QuantizeLinear" or qname in rename:
             continue
         zp_init = next((i for i in g.initializer if i.name == prod.input[2]), None)
         elem = zp_init.data_type if zp_init is not None else onnx.TensorProto.INT8
@@ -214,12 +242,7 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
                            reason="no TFLite interpreter installed (pip install 'nafix[tflite]')")
     runtime = Interp.__module__.split(".")[0]
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the runtime warns that keeping every tensor costs memory
-            with _quiet_stderr():  # the runtime prints an INFO line about its CPU delegate
-                # The interpreter as users run it (default resolver, XNNPACK delegate for CPU).
-                interp = Interp(model_content=bytes(data), experimental_preserve_all_tensors=True)
-                interp.allocate_tensors()
+        interp = make_interpreter(Interp, data, preserve=True)
     except (ValueError, RuntimeError) as exc:
         return ImportCheck(checked=True, ok=False, runtime=runtime,
                            reason=f"the TFLite interpreter rejects the model ({str(exc).splitlines()[0]})")
@@ -276,22 +299,18 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
     res.op_max_lsb = max(worst[0], 0)
     res.worst_op = worst[1]
     res.ops_off_by_one = len(off_by_one)
+    res.ties_by_op = dict(sorted(Counter(op_of.get(t, (-1, "?"))[1] for t in off_by_one).items()))
     for name, pairs in out_stats.items():
         r = np.stack([p[0] for p in pairs])
         g = np.stack([p[1] for p in pairs])
         if r.shape != g.shape:
             return _fail(res, f"output '{name}' has shape {list(g.shape[1:])}, the interpreter's is {list(r.shape[1:])}")
-        if r.dtype.kind == "f":
-            den = float(np.abs(r).max()) or 1.0
-            rel = float(np.abs(r.astype(np.float64) - g).max()) / den
-            lsb = dq_scale.get(name)
-            max_lsb = int(np.rint(np.abs(r.astype(np.float64) - g).max() / lsb)) if lsb else None
-            exact = float(np.mean(np.abs(r.astype(np.float64) - g) <= FLOAT_RTOL * den))
-            res.outputs.append(OutputDiff(name, str(r.dtype), max_lsb, exact, rel))
-        else:
-            d = np.abs(r.astype(np.int64) - g.astype(np.int64))
-            res.outputs.append(OutputDiff(name, str(r.dtype), int(d.max()) if d.size else 0,
-                                          float(np.mean(d == 0)) if d.size else 1.0, 0.0))
+        res.outputs.append(_diff(name, r, g, dq_scale.get(name)))
+    if not fed:  # a float model: nothing rounds to int8, so its float outputs must agree to FLOAT_RTOL
+        for o in res.outputs:
+            if o.dtype.startswith("float") and o.max_rel > FLOAT_RTOL:
+                return _fail(res, f"float output '{o.name}' differs from the TFLite interpreter by {o.max_rel:.2g} "
+                                  f"of its largest magnitude (at most {FLOAT_RTOL:g} is float rounding)")
     if res.op_max_lsb > OP_TOLERANCE_LSB:
         return _fail(res, f"operator {res.worst_op} differs from the TFLite interpreter by {res.op_max_lsb} LSB "
                           f"given the same inputs (at most {OP_TOLERANCE_LSB} is a rounding tie)")
@@ -317,3 +336,56 @@ def _output_lsb(model: onnx.ModelProto) -> dict[str, float]:
             if s.size == 1:
                 lsb[o.name] = float(s)
     return lsb
+
+
+def compare_model(imp: ImportedTFLite, model: onnx.ModelProto, *, io_changes=(), seed: int = 0,
+                  samples: int = 1) -> list[OutputDiff] | None:
+    """A rewritten model against the TFLite interpreter on the same seeded inputs as the import check.
+
+    ``io_changes`` (:class:`fixer.rewriters.IoChange`) are the edges a rewrite made int8: such an input
+    is fed the interpreter's float input quantized as the application would (round half to even), such
+    an output is dequantized with its recorded scale and zero-point before the comparison. None when
+    no interpreter is installed or the model's interface is not the TFLite one up to those changes."""
+    from ..verify import dequantize, quantize_like_ort
+
+    Interp = interpreter_class()
+    if Interp is None:
+        return None
+    changed_in = {c.name: c for c in io_changes if c.kind == "input"}
+    changed_out = {c.name: c for c in io_changes if c.kind == "output"}
+    ins = {i.name for i in model.graph.input}
+    outs = {o.name for o in model.graph.output}
+    if ins != set(imp.input_names) or outs != set(imp.output_names):
+        return None
+    if any(isinstance(c.scale, list) for c in io_changes):
+        return None
+    interp = make_interpreter(Interp, imp.data, preserve=False)
+    sess = _session(model)
+    feeds = seeded_inputs(imp, interp, seed=seed, samples=samples)
+    lsb = _output_lsb(imp.model)
+    pairs: dict[str, list] = {}
+    for feed in feeds:
+        for d, name in zip(interp.get_input_details(), imp.input_names):
+            interp.set_tensor(d["index"], feed[name])
+        interp.invoke()
+        mfeed = {k: (quantize_like_ort(v, changed_in[k].scale, changed_in[k].zero_point, changed_in[k].dtype)
+                     if k in changed_in else v) for k, v in feed.items()}
+        got = dict(zip(imp.output_names, sess.run(imp.output_names, mfeed)))
+        for name, c in changed_out.items():
+            got[name] = dequantize(got[name], c.scale, c.zero_point)
+        for d, name in zip(interp.get_output_details(), imp.output_names):
+            pairs.setdefault(name, []).append((interp.get_tensor(d["index"]), got[name]))
+    return [_diff(name, np.stack([p[0] for p in ps]), np.stack([p[1] for p in ps]), lsb.get(name))
+            for name, ps in pairs.items()]
+
+
+def _diff(name: str, r: np.ndarray, g: np.ndarray, lsb: float | None) -> OutputDiff:
+    if r.dtype.kind == "f":
+        err = np.abs(r.astype(np.float64) - g)
+        den = float(np.abs(r).max()) or 1.0
+        max_lsb = int(np.rint(err.max() / lsb)) if lsb and err.size else None
+        exact = float(np.mean(err <= FLOAT_RTOL * den)) if err.size else 1.0
+        return OutputDiff(name, str(r.dtype), max_lsb, exact, float(err.max()) / den if err.size else 0.0)
+    d = np.abs(r.astype(np.int64) - g.astype(np.int64))
+    return OutputDiff(name, str(r.dtype), int(d.max()) if d.size else 0,
+                      float(np.mean(d == 0)) if d.size else 1.0, 0.0)
