@@ -16,15 +16,11 @@ from fixer.npu.profile import load_profile
 from fixer.rules import load_rules
 from fixer.verify import verify
 from tests.builders import build
+from tests.helpers import CASE_PROFILE_KEYS, case_profile, case_with_file_defaults
 
 CASE_DIR = Path(__file__).parent / "rule_cases"
 PROFILE = load_profile()
 RULES = {r.id: r for r in load_rules()}
-
-
-#: keys a case file may set for all its cases (a case may override them): the stedgeai options and core
-#: version the placement model assumes, and which of the profile's lowerings to keep (default: all)
-PROFILE_KEYS = ("stedgeai_options", "core", "profile_lowerings")
 
 
 def _cases():
@@ -32,22 +28,13 @@ def _cases():
     for f in sorted(CASE_DIR.glob("NAF*.yaml")):
         data = yaml.safe_load(f.read_text())
         for case in data["cases"]:
-            case = {**{k: data[k] for k in PROFILE_KEYS if k in data}, **case}
+            case = case_with_file_defaults(data, case)
             out.append(pytest.param(data["rule"], case, id=f"{data['rule']}-{case['name']}"))
     return out
 
 
 def _profile(case):
-    """The built-in profile with the case's stedgeai options, core version and lowerings."""
-    from dataclasses import replace
-
-    if not any(k in case for k in PROFILE_KEYS):
-        return PROFILE
-    prof = load_profile(options=frozenset(case.get("stedgeai_options") or ()), core=case.get("core"))
-    if "profile_lowerings" in case:
-        keep = set(case["profile_lowerings"] or ())
-        prof = replace(prof, lowerings={k: v for k, v in prof.lowerings.items() if k in keep})
-    return prof
+    return case_profile(case) if any(k in case for k in CASE_PROFILE_KEYS) else PROFILE
 
 
 def _model(case) -> onnx.ModelProto:

@@ -383,10 +383,10 @@ def transpose_perm(node, ctx):
 
 @constraint("concat_equal_inputs", tag="INF")
 def concat_equal_inputs(node, ctx):
-    """A channel Concat runs on the NPU when its inputs are equally wide along the concatenation axis;
-    inputs of different widths made SW 'Concat' epochs in real reports (YOLOv8 2.0: its 4 neck concats
+    """A Concat along axis 1 runs on the NPU when its inputs are equally wide along it; inputs of
+    different widths made SW 'Concat' epochs in core 2.0/2.1 reports (YOLOv8 2.0: its 4 neck concats
     256+128, 128+64, 64+128, 128+256 and its 2+2+6 tail; SSD 2.1: 5120+1280+320+80; the 14 equal-width
-    concats of the same models ran on the NPU)."""
+    concats of the same models ran on the NPU; core 3.0 ran such concats on the NPU)."""
     axis = node.attrs.get("axis")
     shapes = [t.shape for t in node.inputs if t.name and not ctx.view.is_const(t)]
     if axis is None or len(shapes) < 2 or any(s is None for s in shapes):
