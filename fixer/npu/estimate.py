@@ -218,6 +218,9 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         idx = new(HW, node)
         if big is not None and _weight_bytes(view, node) >= big.value:
             extra += 1
+        dw_extra = profile.limits.get("depthwise_decomposed_extra_epochs")
+        if dw_extra is not None and _tall_depthwise(node, profile):
+            extra += int(dw_extra.value)
         for _ in range(extra):
             idx = new(HW, node)
         if low in ("conv_transpose", "dilated_conv"):
@@ -277,6 +280,18 @@ def _sw_slices(view: GraphView, node, rule) -> int:
     if shape is None or len(shape) < 3 or not all(isinstance(d, int) and d > 0 for d in shape[:-2]):
         return 1
     return max(1, int(np.prod(shape[:-2])))
+
+
+def _tall_depthwise(node, profile: TargetProfile) -> bool:
+    """A depthwise Conv whose kernel is taller than the native window: the compiler splits it into
+    sub-mask convolutions fed by an Identity copy."""
+    if node.op not in ("Conv", "QLinearConv") or int(node.attrs.get("group", 1)) <= 1:
+        return False
+    w = _weight(node)
+    ks = _kernel(node)
+    native = profile.limits.get("conv_kernel_h_native")
+    return (w is not None and w.shape is not None and len(w.shape) == 4 and w.shape[1] == 1 and bool(ks)
+            and isinstance(ks[0], int) and native is not None and ks[0] > native.value)
 
 
 def _nhwc(view: GraphView, node) -> bool:
