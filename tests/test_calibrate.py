@@ -117,6 +117,11 @@ def test_calibrate_cli_json(tmp_path):
     assert cores == ["2.1.0", "2.2.0"]
     for r in data["rows"]:
         assert r["on_target"] and r["sw_ops_diff"] == [] and r["real"]["epochs"] == 39
+    table = subprocess.run(cmd + ["calibrate", str(tmp_path / "pairs")], capture_output=True, text=True, timeout=300)
+    assert table.returncode == 0 and "| yamnet | report.txt | 2.2.0 |" in table.stdout
+    assert "2 of 2 estimated reports on target" in table.stdout
+    bad = subprocess.run(cmd + ["calibrate", str(tmp_path / "nowhere")], capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.startswith("error:") and "not a folder" in bad.stderr
 
 
 # ------------------------------------------------------------------------------ report reading
