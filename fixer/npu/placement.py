@@ -10,9 +10,14 @@ The model works on the ONNX graph stedgeai would read:
    *every* failing requirement.
 3. A SW op runs with an int8 kernel when the profile lists one for it and its inputs and outputs are
    quantized; otherwise it runs in float, and the conversions around it become SW epochs too.
-4. QuantizeLinear/DequantizeLinear are folded between quantized ops. They run in SW at float graph
-   edges (a QuantizeLinear fed by a float graph input, a DequantizeLinear producing a graph output)
-   and around float SW ops.
+4. QuantizeLinear/DequantizeLinear are folded between quantized ops. They run in SW around float SW
+   ops, and at float graph edges as the stedgeai options say: an ONNX model's input QuantizeLinear
+   and ``Q -> DQ -> output`` are dropped by default (int8 I/O) and kept with
+   ``--input-data-type``/``--output-data-type float32``; a TFLite model's float edges are SW unless
+   those options give an integer type.
+5. Nodes computed from constants only are evaluated at compile time; the layout Transposes a TFLite
+   import inserts (``nafix.tflite.layout``) are not in the compiled graph.
+6. Per stedgeai core version (``profile.core``) some constraints do not apply (``constraints_off``).
 """
 
 from __future__ import annotations
