@@ -342,6 +342,7 @@ def cores_block(profile) -> str:
         facts = [f"{op} runs as {' + '.join(ops)}" for op, ops in sorted(c.sw_lowered.items())]
         facts += [f"{k} = {v} (default {base[k].value})" for k, v in sorted(c.limits.items()) if k in base]
         facts += [f"no {cid}" for cid in sorted(c.constraints_off)]
+        facts += [f"{op} joins the epoch before it" for op in sorted(c.fuse_ops)]
         default = " (default)" if profile.core is not None and c.version == profile.core.version else ""
         lines.append(f"| {c.version}{default} | {', '.join(sorted(c.hybrid_ops)) or 'none: pure SW'} "
                      f"| {'`Op(float)`' if c.float_suffix else '`Op`'} | {'; '.join(facts) or '-'} | {c.tag} |")

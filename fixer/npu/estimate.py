@@ -181,6 +181,8 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                     inserted(op, node, low)
         rule = profile.operators.get(node.op)
         kind = rule.epoch if rule else "compute"
+        if profile.core is not None and node.op in profile.core.fuse_ops:
+            kind = "fuse"
         extra = rule.extra_epochs if rule else 0
         if low == "channel_pad":
             first, last = profile.lowerings[low].inserts[0], profile.lowerings[low].inserts[-1]

@@ -51,6 +51,7 @@ class CoreFacts:
     sw_lowered: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a SW op run as these SW epochs
     limits: Mapping[str, float] = field(default_factory=dict)  # limit values this core changes
     constraints_off: frozenset[str] = frozenset()  # constraints this core no longer has
+    fuse_ops: frozenset[str] = frozenset()  # HW ops this core fuses into the epoch before them (epoch: fuse)
     tag: str = "OBS"
     source: str = ""
 
@@ -195,8 +196,8 @@ def _parse_cores(data: Any, path: str) -> tuple[tuple[CoreFacts, ...], CoreFacts
         lowered = {str(k): tuple(str(x) for x in v) for k, v in (entry.get("sw_lowered") or {}).items()}
         lims = dict(entry.get("limits") or {})
         out.append(CoreFacts(str(ver), frozenset(entry.get("hybrid_ops", ()) or ()), bool(entry.get("float_suffix", False)),
-                             lowered, lims, frozenset(entry.get("constraints_off", ()) or ()), tag,
-                             str(entry.get("source", ""))))
+                             lowered, lims, frozenset(entry.get("constraints_off", ()) or ()),
+                             frozenset(entry.get("fuse_ops", ()) or ()), tag, str(entry.get("source", ""))))
     out.sort(key=CoreFacts.key)
     default = str(data.get("default", out[-1].version))
     chosen = next((c for c in out if c.version == default), None)
