@@ -120,6 +120,9 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                 n += 1
         return n
 
+    from .placement import source_format
+
+    tflite = source_format(view.model) == "tflite"
     copies = int(profile.limits["input_copy_epochs"].value) if "input_copy_epochs" in profile.limits else 0
     big = profile.limits.get("weights_extra_epoch_bytes")
     if copies:
@@ -198,6 +201,9 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                 for o in node.outputs:
                     tensor_epoch[o.name] = idx
             continue
+        prelu_copy = profile.limits.get("tflite_prelu_copy_epochs")
+        if node.op == "PRelu" and prelu_copy is not None and tflite and _feeds_conv(view, node):
+            extra += int(prelu_copy.value)
         mul_extra = profile.limits.get("mul_activations_extra_epochs")
         if node.op == "Mul" and mul_extra is not None and len(acts) == 2:
             extra += int(mul_extra.value)
@@ -282,6 +288,13 @@ def _sw_slices(view: GraphView, node, rule) -> int:
     if shape is None or len(shape) < 3 or not all(isinstance(d, int) and d > 0 for d in shape[:-2]):
         return 1
     return max(1, int(np.prod(shape[:-2])))
+
+
+def _feeds_conv(view: GraphView, node) -> bool:
+    """Some reader of ``node``'s output, through Q/DQ and data movement, is a Conv."""
+    through = MOVEMENT_OPS | {"QuantizeLinear", "DequantizeLinear"}
+    return any(c is not None and c.op in ("Conv", "QLinearConv")
+               for o in node.outputs for c, _ in view.sinks(o, through=through))
 
 
 def _tall_depthwise(node, profile: TargetProfile) -> bool:
