@@ -132,7 +132,7 @@ def test_generated_models_are_not_degenerate():
     for name in GOOD:
         imp = read_tflite(DATA / name)
         it = tflite_check.make_interpreter(Interp, imp.data, preserve=True)
-        feed = tflite_check.seeded_inputs(imp, it, seed=0, samples=1)[0]
+        feed = tflite_check.seeded_inputs(imp, seed=0, samples=1)[0]
         for d, n in zip(it.get_input_details(), imp.input_names):
             it.set_tensor(d["index"], feed[n])
         it.invoke()
@@ -155,6 +155,38 @@ def test_a_wrong_import_is_refused_with_the_operator_named():
             t.CopyFrom(onnx.numpy_helper.from_array(-onnx.numpy_helper.to_array(t), wname))
     check = check_import(imp, path.read_bytes())
     assert not check.ok and "DEPTHWISE_CONV_2D" in check.reason and "LSB" in check.reason
+
+
+def test_an_interpreter_crash_is_an_error_not_the_end_of_nafix(tmp_path, capsys, monkeypatch):
+    """The interpreter is native code: a hostile model that parses can still crash it (a corrupt
+    movenet_like did, with SIGSEGV). It runs in a child process; here the child crashes on purpose."""
+    crash = tmp_path / "crash.py"
+    crash.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    monkeypatch.setattr(tflite_check, "WORKER", crash)
+    model = tmp_path / "m.tflite"
+    shutil.copy(DATA / "int8_cnn.tflite", model)
+    good = tmp_path / "int8_more.tflite"
+    shutil.copy(DATA / "int8_more.tflite", good)
+    monkeypatch.setattr(tflite_check, "check_import", _check_or_crash(tflite_check.check_import, model))
+    code, out, err = run(["audit", model, good, "--format", "json"], capsys)
+    rows = {Path(r["path"]).name: r for r in json.loads(out)["models"]}
+    assert code == 2 and "crashed on this model (signal" in rows["m.tflite"]["error"], (out, err)
+    assert rows["int8_more.tflite"]["error"] is None  # the other model is still audited
+    code, out, err = run([model], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "crashed on this model" in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crash.py", "int8_more.tflite", "m.tflite"]
+
+
+def _check_or_crash(real_check, crashing_model: Path):
+    """check_import, with the crashing child process only for ``crashing_model``."""
+    def check(imp, data, **kw):
+        if data == crashing_model.read_bytes():
+            return real_check(imp, data, **kw)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(tflite_check, "WORKER", Path(tflite_check.__file__).with_name("_tflite_worker.py"))
+            return real_check(imp, data, **kw)
+    return check
 
 
 def test_load_model_reads_tflite_by_content(tmp_path):

@@ -107,7 +107,8 @@ def import_tflite(data: bytes, path: Path | str = "<tflite>") -> ImportedTFLite:
         return _Importer(data, Path(path)).run()
     except InputError:
         raise
-    except (struct.error, IndexError, ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
+    except (struct.error, IndexError, ValueError, TypeError, AttributeError, KeyError, ArithmeticError,
+            MemoryError, RecursionError) as exc:
         raise InputError(f"{path}: truncated or corrupt TFLite flatbuffer ({type(exc).__name__}: {exc}).") from None
 
 
