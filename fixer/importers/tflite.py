@@ -642,6 +642,14 @@ def _conv_pads(imp: _Importer, x: int, kh: int, kw: int, opts) -> list[int]:
     return [t, left, b, right]
 
 
+def _no_hybrid(imp: _Importer, x: int, w: int, y: int, op: str):
+    """Float activations with int8 weights is TFLite's dynamic-range (hybrid) kernel, which quantizes
+    the input at run time: not a computation a QDQ graph reproduces."""
+    if imp.ttype(x) == "FLOAT32" and imp.ttype(w) in ("INT8", "UINT8"):
+        imp.fail(f"{op} '{imp.tname(y)}' has float input and {imp.ttype(w).lower()} weights: dynamic-range "
+                 "(hybrid) quantized models are not supported; export a fully int8 model (or a float one).")
+
+
 def _weights(imp: _Importer, t: int, perm: tuple[int, ...]) -> str:
     """Constant ``t`` permuted by ``perm``: an int8 initializer behind DequantizeLinear (axis follows)."""
     arr = imp.const_array(t)
@@ -675,6 +683,7 @@ def _bias(imp: _Importer, ins: list[int], k: int) -> list[str]:
 
 
 def _conv2d(imp, ins, outs, opts):
+    _no_hybrid(imp, ins[0], ins[1], outs[0], "CONV_2D")
     x, w = ins[0], ins[1]
     o, kh, kw, ci = imp.shape(w)
     cin = imp.shape(x)[3]
@@ -688,6 +697,7 @@ def _conv2d(imp, ins, outs, opts):
 
 
 def _depthwise(imp, ins, outs, opts):
+    _no_hybrid(imp, ins[0], ins[1], outs[0], "DEPTHWISE_CONV_2D")
     x, w = ins[0], ins[1]
     _, kh, kw, co = imp.shape(w)
     cin = imp.shape(x)[3]
@@ -701,6 +711,7 @@ def _depthwise(imp, ins, outs, opts):
 
 
 def _transpose_conv(imp, ins, outs, opts):
+    _no_hybrid(imp, ins[2], ins[1], outs[0], "TRANSPOSE_CONV")
     out_shape, w, x = ins[0], ins[1], ins[2]
     o, kh, kw, ci = imp.shape(w)
     _, h, wd, _ = imp.shape(x)
@@ -947,6 +958,7 @@ def _integer_upscale(xs, ys) -> bool:
 
 
 def _fully_connected(imp, ins, outs, opts):
+    _no_hybrid(imp, ins[0], ins[1], outs[0], "FULLY_CONNECTED")
     x, w, y = ins[0], ins[1], outs[0]
     if opts is not None and opts.WeightsFormat() != 0:
         imp.fail(f"FULLY_CONNECTED '{imp.tname(y)}' uses shuffled weights, which nafix cannot import.")

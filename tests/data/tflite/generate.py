@@ -17,7 +17,10 @@ activations use their int8 range without saturating everywhere. The files:
   PACK, ADD with a fused RELU; six outputs (int8 and int32).
 * ``float_model.tflite``: a float32 model: CONV_2D (RELU), DEPTHWISE_CONV_2D (RELU6), ADD, MEAN,
   FULLY_CONNECTED, DIV.
-* ``custom_op.tflite``, ``flex_op.tflite``, ``float16.tflite``, ``unsupported_op.tflite``: models
+* ``uint8_model.tflite``: a TF1-style uint8 model (uint8 activations, asymmetric uint8 weights):
+  CONV_2D (RELU6), AVERAGE_POOL_2D, RESHAPE, FULLY_CONNECTED, SOFTMAX.
+* ``custom_op.tflite``, ``flex_op.tflite``, ``float16.tflite``, ``unsupported_op.tflite``,
+  ``hybrid.tflite`` (float activations with int8 weights): models
   nafix must refuse with one error sentence.
 """
 
@@ -417,6 +420,49 @@ def float_model() -> bytes:
     return m.build()
 
 
+def uint8_model() -> bytes:
+    """A TF1-style uint8 model: uint8 activations and asymmetric uint8 weights, per tensor."""
+    m = Model(seed=9)
+    x = m.act("input", (1, 8, 8, 3), 1 / 128, 128, dtype="uint8")
+    wf = m.rng.normal(0, 1, (4, 3, 3, 3))
+    ws = float(wf.max() - wf.min()) / 255
+    wz = int(round(-wf.min() / ws))
+    w = m.const("conv/weights", np.clip(np.rint(wf / ws) + wz, 0, 255), "uint8", scale=ws, zp=wz)
+    b = m.const("conv/bias", m.rng.integers(-100, 100, 4), "int32", scale=ws / 128, zp=0)
+    c = m.act("conv", (1, 8, 8, 4), 0.05, 120, dtype="uint8")
+    m.op("CONV_2D", [x, w, b], [c], "Conv2DOptions",
+         {"Padding": SAME, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": RELU6,
+          "DilationWFactor": 1, "DilationHFactor": 1})
+    p = m.act("avgpool", (1, 4, 4, 4), 0.05, 120, dtype="uint8")
+    m.op("AVERAGE_POOL_2D", [c], [p], "Pool2DOptions",
+         {"Padding": VALID, "StrideW": 2, "StrideH": 2, "FilterWidth": 2, "FilterHeight": 2})
+    shape = m.const("reshape/shape", [1, 64], "int32")
+    r = m.act("flatten", (1, 64), 0.05, 120, dtype="uint8")
+    m.op("RESHAPE", [p, shape], [r])
+    fwf = m.rng.normal(0, 0.3, (5, 64))
+    fs = float(fwf.max() - fwf.min()) / 255
+    fz = int(round(-fwf.min() / fs))
+    fw = m.const("fc/weights", np.clip(np.rint(fwf / fs) + fz, 0, 255), "uint8", scale=fs, zp=fz)
+    fb = m.const("fc/bias", m.rng.integers(-100, 100, 5), "int32", scale=fs * 0.05, zp=0)
+    fc = m.act("fc", (1, 5), 0.1, 128, dtype="uint8")
+    m.op("FULLY_CONNECTED", [r, fw, fb], [fc], "FullyConnectedOptions", {"FusedActivationFunction": NONE})
+    sm = m.act("softmax", (1, 5), 1 / 256, 0, dtype="uint8")
+    m.op("SOFTMAX", [fc], [sm], "SoftmaxOptions", {"Beta": 1.0})
+    m.inputs, m.outputs = [x], [sm]
+    return m.build()
+
+
+def hybrid() -> bytes:
+    """Dynamic-range quantization: float activations, int8 weights (refused)."""
+    m = Model(seed=10)
+    x = m.tensor("input", (1, 16), "float32")
+    w = m.qweights("fc/weights", (4, 16), 0)
+    y = m.tensor("output", (1, 4), "float32")
+    m.op("FULLY_CONNECTED", [x, w, -1], [y], "FullyConnectedOptions", {"FusedActivationFunction": NONE})
+    m.inputs, m.outputs = [x], [y]
+    return m.build()
+
+
 def custom_op(flex: bool) -> bytes:
     m = Model(seed=4)
     x = m.tensor("input", (1, 4), "float32")
@@ -449,7 +495,8 @@ def unsupported_op() -> bytes:
 
 MODELS = {
     "movenet_like.tflite": movenet_like, "int8_cnn.tflite": int8_cnn, "int8_misc.tflite": int8_misc,
-    "int8_more.tflite": int8_more, "float_model.tflite": float_model,
+    "int8_more.tflite": int8_more, "float_model.tflite": float_model, "uint8_model.tflite": uint8_model,
+    "hybrid.tflite": hybrid,
     "custom_op.tflite": lambda: custom_op(False), "flex_op.tflite": lambda: custom_op(True),
     "float16.tflite": float16, "unsupported_op.tflite": unsupported_op,
 }
