@@ -71,6 +71,9 @@ class ImportCheck:
     ties_by_op: dict[str, int] = field(default_factory=dict)
     #: The interpreter itself rejected, failed on or crashed on the model (nothing was compared).
     interpreter_failed: bool = False
+    #: TFLite operator -> the largest distance (in LSB) from a .5 rounding tie of a value the QDQ graph
+    #: rounded one LSB away from the interpreter (0 = exactly on a tie).
+    tie_distance_by_op: dict[str, float] = field(default_factory=dict)
 
     @property
     def bit_exact(self) -> bool:
@@ -84,8 +87,10 @@ class ImportCheck:
         outs = ", ".join(
             f"{o.name} {o.dtype}: " + (f"max {o.max_lsb} LSB, " if o.max_lsb is not None else "")
             + f"{100 * o.exact_fraction:.2f}% exact" for o in self.outputs)
+        near = (f", every differing value within {max(self.tie_distance_by_op.values()):.2g} LSB of a .5 tie"
+                if self.tie_distance_by_op else "")
         ops = (f"{self.ops_checked} quantized op outputs within {self.op_max_lsb} LSB "
-               f"({self.ops_off_by_one} with a one-LSB rounding tie)" if self.ops_checked
+               f"({self.ops_off_by_one} with a one-LSB rounding tie{near})" if self.ops_checked
                else f"float model, outputs within {FLOAT_RTOL:g} relative")
         return f"import checked against {self.runtime} on {self.samples} seeded input(s): {ops}; outputs {outs}"
 
@@ -93,7 +98,8 @@ class ImportCheck:
     def as_dict(self) -> dict:
         return {"checked": self.checked, "ok": self.ok, "runtime": self.runtime, "reason": self.reason,
                 "samples": self.samples, "ops_checked": self.ops_checked, "op_max_lsb": self.op_max_lsb,
-                "ops_off_by_one": self.ops_off_by_one, "ties_by_op": self.ties_by_op, "worst_op": self.worst_op,
+                "ops_off_by_one": self.ops_off_by_one, "ties_by_op": self.ties_by_op,
+                "tie_distance_by_op": self.tie_distance_by_op, "worst_op": self.worst_op,
                 "op_tolerance_lsb": OP_TOLERANCE_LSB, "outputs": [o.as_dict() for o in self.outputs]}
 
 
@@ -149,14 +155,14 @@ def _session(model: onnx.ModelProto):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str]]:
-    """The imported graph with every operator's quantized output also fed from outside."""
+def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str], dict[int, tuple]]:
+    """The imported graph with every operator's quantized output also fed from outside; and, per such
+    output, (the float tensor its QuantizeLinear rounds, scale, zero-point)."""
     model = onnx.ModelProto()
     model.CopyFrom(imp.model)
     g = model.graph
-    types = {}
-    for vi in list(g.input) + list(g.output) + list(g.value_info):
-        types[vi.name] = vi
+    inits = {i.name: i for i in g.initializer}
+    pre: dict[int, tuple] = {}
     fed: dict[int, str] = {}
     rename = {}
     elems: dict[str, int] = {}
@@ -172,6 +178,11 @@ def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str]]:
         fed[t] = new
         elems[qname] = elem
         g.input.append(helper.make_tensor_value_info(new, elem, None))
+        if prod.input[1] in inits and zp_init is not None:
+            sc = onnx.numpy_helper.to_array(inits[prod.input[1]]).reshape(-1)
+            zp = onnx.numpy_helper.to_array(zp_init).reshape(-1)
+            if sc.size == 1 and zp.size == 1:
+                pre[t] = (prod.input[0], float(sc[0]), int(zp[0]))
     for n in g.node:
         for k, i in enumerate(n.input):
             if i in rename:
@@ -180,7 +191,14 @@ def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str]]:
     for t, (qname, _) in imp.quantized_outputs.items():
         if t in fed and qname not in outs:
             g.output.append(helper.make_tensor_value_info(qname, elems[qname], None))
-    return model, fed
+            outs.add(qname)
+    for t, (name, _, _) in list(pre.items()):
+        if name in rename or name in {i.name for i in g.input}:
+            del pre[t]
+        elif name not in outs:
+            g.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+            outs.add(name)
+    return model, fed, pre
 
 
 #: Seconds the interpreter child process may take (a large model with every tensor kept).
@@ -243,7 +261,7 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
     feeds = seeded_inputs(imp, seed=seed, samples=samples)
     try:
         sess = _session(imp.model)
-        fed_model, fed = _fed_model(imp)
+        fed_model, fed, pre = _fed_model(imp)
         fed_sess = _session(fed_model)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
         return ImportCheck(checked=True, ok=False,
@@ -254,14 +272,15 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
         return ImportCheck(checked=True, ok=False, reason=str(exc), interpreter_failed=True)
     res = ImportCheck(checked=True, ok=True, runtime=runtime, samples=len(feeds))
     try:
-        return _compare(imp, ref, sess, fed, fed_sess, feeds, res)
+        return _compare(imp, ref, sess, fed, pre, fed_sess, feeds, res)
     except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types on a broken model
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
         return _fail(res, f"onnxruntime cannot run the imported graph ({first})")
 
 
-def _compare(imp, ref, sess, fed, fed_sess, feeds, res) -> ImportCheck:
+def _compare(imp, ref, sess, fed, pre, fed_sess, feeds, res) -> ImportCheck:
     out_stats: dict[str, list] = {}
+    tie_dist: dict[str, float] = {}
     worst = (-1, "")
     off_by_one = set()
     op_of = {t: (k, name) for k, (name, ts) in enumerate(imp.ops) for t in ts}
@@ -275,7 +294,7 @@ def _compare(imp, ref, sess, fed, fed_sess, feeds, res) -> ImportCheck:
         for t, new in fed.items():
             v = r_s["tensors"][t]
             ffeed[new] = v.transpose(NCHW) if imp.quantized_outputs[t][1] else v
-        want = [imp.quantized_outputs[t][0] for t in fed]
+        want = [imp.quantized_outputs[t][0] for t in fed] + sorted({p[0] for p in pre.values()})
         vals = dict(zip(want, fed_sess.run(want, ffeed))) if want else {}
         for t in fed:
             qn, nchw = imp.quantized_outputs[t]
@@ -293,11 +312,27 @@ def _compare(imp, ref, sess, fed, fed_sess, feeds, res) -> ImportCheck:
                 worst = (diff, f"#{k} {opname} ('{qn}')")
             if diff == 1:
                 off_by_one.add(t)
+                if t in pre:  # how far from a .5 rounding tie the values that differ are
+                    name, sc, zp = pre[t]
+                    v = vals[name].astype(np.float64) / sc + zp
+                    if nchw:
+                        v = v.transpose((0, 2, 3, 1))
+                    hit = np.abs(r.astype(np.int32) - g.astype(np.int32)) == 1
+                    # a value rounded differently is within this distance (in LSB) of x.5; beyond the int8
+                    # range saturation decides, not rounding
+                    vin = v[hit]
+                    info = np.iinfo(r.dtype)
+                    vin = vin[(vin > info.min - 0.5) & (vin < info.max + 0.5)]
+                    if vin.size:
+                        d = float(np.max(np.abs(vin - np.floor(vin) - 0.5)))
+                        k, opname = op_of.get(t, (-1, "?"))
+                        tie_dist[opname] = max(tie_dist.get(opname, 0.0), d)
     res.ops_checked = len(fed)
     res.op_max_lsb = max(worst[0], 0)
     res.worst_op = worst[1]
     res.ops_off_by_one = len(off_by_one)
     res.ties_by_op = dict(sorted(Counter(op_of.get(t, (-1, "?"))[1] for t in off_by_one).items()))
+    res.tie_distance_by_op = {k: round(v, 6) for k, v in sorted(tie_dist.items())}
     for name, pairs in out_stats.items():
         r = np.stack([p[0] for p in pairs])
         g = np.stack([p[1] for p in pairs])
