@@ -24,7 +24,8 @@ from fixer.model_io import load_model
 from tests.test_cli_audit import run
 
 DATA = Path(__file__).resolve().parent / "data" / "tflite"
-GOOD = ["movenet_like.tflite", "int8_cnn.tflite", "int8_misc.tflite", "int8_more.tflite", "uint8_model.tflite"]
+GOOD = ["movenet_like.tflite", "int8_cnn.tflite", "int8_misc.tflite", "int8_more.tflite", "int8_layout.tflite",
+        "uint8_model.tflite"]
 PAIRS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "pairs"
 PAIR_MODELS = sorted(PAIRS.glob("*/*.tflite")) + sorted(PAIRS.glob("*/models/*.tflite")) if PAIRS.is_dir() else []
 
