@@ -897,7 +897,15 @@ def _transpose(imp, ins, outs, opts):
     if perm is None:
         imp.fail(f"TRANSPOSE '{imp.tname(y)}' has a non-constant permutation.")
     perm = [int(p) for p in np.asarray(perm).reshape(-1)]
-    t = imp.node("Transpose", [imp.fval(x, False)], perm=perm)[0]
+    v = imp.val(x)
+    if imp.foldable(x, y):
+        imp.emit_const(y, v.const.transpose(perm))
+        return
+    if v.nchw and imp.rank(x) == 4 and len(perm) == 4:
+        # One Transpose from the NCHW value: TFLite's output[i] is NHWC axis perm[i], NCHW axis NHWC[perm[i]].
+        t = imp.node("Transpose", [imp.fval(x, True)], perm=[NHWC[p] for p in perm])[0]
+    else:
+        t = imp.node("Transpose", [imp.fval(x, False)], perm=perm)[0]
     imp.emit(y, t, False)
 
 
