@@ -584,27 +584,27 @@ def _layout_tag(nchw: bool) -> str:
     return "NHWC->NCHW" if nchw else "NCHW->NHWC"
 
 
+_BOOL_OPTIONS = ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims")
+_NUMBER_OPTIONS = ("Axis", "Beta", "Alpha", "BlockSize", "StrideH", "StrideW", "DilationHFactor",
+                   "DilationWFactor", "FilterHeight", "FilterWidth", "DepthMultiplier", "NumSplits")
+
+
 def _describe_options(opts) -> dict:
+    """The operator options placement may need, as JSON-ready values (``tflite.options``)."""
     if opts is None:
         return {}
-    out = {}
-    for key in ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims", "Axis", "Beta", "Alpha",
-                "BlockSize", "Padding", "StrideH", "StrideW", "DilationHFactor", "DilationWFactor",
-                "FilterHeight", "FilterWidth", "DepthMultiplier", "NumSplits"):
+    out: dict = {}
+    for key in _BOOL_OPTIONS + _NUMBER_OPTIONS + ("Padding",):
         fn = getattr(opts, key, None)
         if fn is None:
             continue
-        try:
-            v = fn()
-        except Exception:  # noqa: BLE001 - an absent field reads as its default
-            continue
-        if isinstance(v, (np.floating, float)):
-            v = float(v)
-        out[key] = "SAME" if key == "Padding" and v == 0 else ("VALID" if key == "Padding" else v)
-        if isinstance(out[key], (np.integer,)):
-            out[key] = int(out[key])
-        if isinstance(out[key], bool) or key in ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims"):
+        v = fn()
+        if key == "Padding":
+            out[key] = "SAME" if v == 0 else "VALID"
+        elif key in _BOOL_OPTIONS:
             out[key] = bool(v)
+        else:
+            out[key] = float(v) if isinstance(v, (float, np.floating)) else int(v)
     return out
 
 
@@ -712,7 +712,7 @@ def _depthwise(imp, ins, outs, opts):
 
 def _transpose_conv(imp, ins, outs, opts):
     _no_hybrid(imp, ins[2], ins[1], outs[0], "TRANSPOSE_CONV")
-    out_shape, w, x = ins[0], ins[1], ins[2]
+    w, x = ins[1], ins[2]  # ins[0] is the output shape, also the output tensor's own shape
     o, kh, kw, ci = imp.shape(w)
     _, h, wd, _ = imp.shape(x)
     _, oh, ow, _ = imp.shape(outs[0])
