@@ -83,6 +83,25 @@ def test_import_records_origin_and_tflite_ops(name):
     assert dims == [int(d) for d in first_in.ShapeAsNumpy()]
 
 
+def test_markers_placement_reads():
+    """The documented markers (docs/TFLITE.md) that placement reads: operator, options, edges."""
+    model = read_tflite(DATA / "movenet_like.tflite").model
+    props = [({p.key: p.value for p in n.metadata_props}, n) for n in model.graph.node]
+    resize = [(d, n) for d, n in props if n.op_type == "Resize"]
+    assert len(resize) == 1 and resize[0][0]["tflite.op"] == "RESIZE_BILINEAR"
+    assert json.loads(resize[0][0]["tflite.options"]) == {"AlignCorners": False, "HalfPixelCenters": True}
+    assert "tflite.op=RESIZE_BILINEAR" in resize[0][1].doc_string
+    first_q = next(n for d, n in props if n.op_type == "QuantizeLinear")
+    assert first_q.input[0] == "input" and dict((p.key, p.value) for p in first_q.metadata_props)["tflite.op"] == "QUANTIZE"
+    last_dq = next(n for n in model.graph.node if "heatmap" in n.output)
+    assert last_dq.op_type == "DequantizeLinear"
+    assert dict((p.key, p.value) for p in last_dq.metadata_props)["tflite.op"] == "DEQUANTIZE"
+    fused = {d.get("tflite.fused_activation") for d, n in props if d.get("tflite.op") == "CONV_2D"}
+    assert "RELU6" in fused
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert meta["nafix.source_format"] == "tflite" and meta["nafix.tflite.layout"] == "NHWC"
+
+
 def test_per_axis_weights_become_per_axis_dequantize():
     imp = read_tflite(DATA / "int8_cnn.tflite")
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in imp.model.graph.initializer}
