@@ -451,7 +451,7 @@ def fix_renderables(result, *, verbose: bool = False):
     if imported is not None and imported.check is not None:
         out.append(Text(imported.check.summary(), style="dim"))
     for o in getattr(result, "source_check", None) or []:
-        lsb = f"max {o.max_lsb} LSB, " if o.max_lsb is not None else ""
+        lsb = f"max {o.max_lsb} LSB, " if o.max_lsb is not None else f"max error {o.max_rel:.2%} of its largest magnitude, "
         out.append(Text(f"  fixed model vs TFLite interpreter, {o.name}: {lsb}{o.exact_fraction:.2%} exact"))
     q = getattr(result, "quantization", None)
     if q is not None:

@@ -24,7 +24,8 @@ from fixer.model_io import load_model
 from tests.test_cli_audit import run
 
 DATA = Path(__file__).resolve().parent / "data" / "tflite"
-GOOD = ["movenet_like.tflite", "int8_cnn.tflite", "int8_misc.tflite", "int8_more.tflite"]
+GOOD = ["movenet_like.tflite", "int8_cnn.tflite", "int8_misc.tflite", "int8_more.tflite", "int8_layout.tflite",
+        "uint8_model.tflite"]
 PAIRS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "pairs"
 PAIR_MODELS = sorted(PAIRS.glob("*/*.tflite")) + sorted(PAIRS.glob("*/models/*.tflite")) if PAIRS.is_dir() else []
 
@@ -82,6 +83,25 @@ def test_import_records_origin_and_tflite_ops(name):
     assert dims == [int(d) for d in first_in.ShapeAsNumpy()]
 
 
+def test_markers_placement_reads():
+    """The documented markers (docs/TFLITE.md) that placement reads: operator, options, edges."""
+    model = read_tflite(DATA / "movenet_like.tflite").model
+    props = [({p.key: p.value for p in n.metadata_props}, n) for n in model.graph.node]
+    resize = [(d, n) for d, n in props if n.op_type == "Resize"]
+    assert len(resize) == 1 and resize[0][0]["tflite.op"] == "RESIZE_BILINEAR"
+    assert json.loads(resize[0][0]["tflite.options"]) == {"AlignCorners": False, "HalfPixelCenters": True}
+    assert "tflite.op=RESIZE_BILINEAR" in resize[0][1].doc_string
+    first_q = next(n for d, n in props if n.op_type == "QuantizeLinear")
+    assert first_q.input[0] == "input" and dict((p.key, p.value) for p in first_q.metadata_props)["tflite.op"] == "QUANTIZE"
+    last_dq = next(n for n in model.graph.node if "heatmap" in n.output)
+    assert last_dq.op_type == "DequantizeLinear"
+    assert dict((p.key, p.value) for p in last_dq.metadata_props)["tflite.op"] == "DEQUANTIZE"
+    fused = {d.get("tflite.fused_activation") for d, n in props if d.get("tflite.op") == "CONV_2D"}
+    assert "RELU6" in fused
+    meta = {p.key: p.value for p in model.metadata_props}
+    assert meta["nafix.source_format"] == "tflite" and meta["nafix.tflite.layout"] == "NHWC"
+
+
 def test_per_axis_weights_become_per_axis_dequantize():
     imp = read_tflite(DATA / "int8_cnn.tflite")
     inits = {t.name: onnx.numpy_helper.to_array(t) for t in imp.model.graph.initializer}
@@ -108,7 +128,10 @@ def test_import_matches_the_interpreter_op_by_op(name):
     check = check_import(imp, path.read_bytes())
     assert check.checked and check.ok, check.reason
     assert check.ops_checked >= 5 and check.op_max_lsb <= OP_TOLERANCE_LSB
-    assert check.outputs and all(o.exact_fraction > 0.9 for o in check.outputs), check.summary()
+    # Every one-LSB difference is a rounding of a value (nearly) on a .5 tie.
+    assert all(d < 0.1 for d in check.tie_distance_by_op.values()), check.tie_distance_by_op
+    # End to end, one-LSB ties inside move a few values (a 5-class softmax: 3 of 5 exact, 2 LSB off).
+    assert check.outputs and all(o.exact_fraction > 0.5 for o in check.outputs), check.summary()
 
 
 @needs_interpreter
@@ -132,7 +155,7 @@ def test_generated_models_are_not_degenerate():
     for name in GOOD:
         imp = read_tflite(DATA / name)
         it = tflite_check.make_interpreter(Interp, imp.data, preserve=True)
-        feed = tflite_check.seeded_inputs(imp, it, seed=0, samples=1)[0]
+        feed = tflite_check.seeded_inputs(imp, seed=0, samples=1)[0]
         for d, n in zip(it.get_input_details(), imp.input_names):
             it.set_tensor(d["index"], feed[n])
         it.invoke()
@@ -155,6 +178,38 @@ def test_a_wrong_import_is_refused_with_the_operator_named():
             t.CopyFrom(onnx.numpy_helper.from_array(-onnx.numpy_helper.to_array(t), wname))
     check = check_import(imp, path.read_bytes())
     assert not check.ok and "DEPTHWISE_CONV_2D" in check.reason and "LSB" in check.reason
+
+
+def test_an_interpreter_crash_is_an_error_not_the_end_of_nafix(tmp_path, capsys, monkeypatch):
+    """The interpreter is native code: a hostile model that parses can still crash it (a corrupt
+    movenet_like did, with SIGSEGV). It runs in a child process; here the child crashes on purpose."""
+    crash = tmp_path / "crash.py"
+    crash.write_text("import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    monkeypatch.setattr(tflite_check, "WORKER", crash)
+    model = tmp_path / "m.tflite"
+    shutil.copy(DATA / "int8_cnn.tflite", model)
+    good = tmp_path / "int8_more.tflite"
+    shutil.copy(DATA / "int8_more.tflite", good)
+    monkeypatch.setattr(tflite_check, "check_import", _check_or_crash(tflite_check.check_import, model))
+    code, out, err = run(["audit", model, good, "--format", "json"], capsys)
+    rows = {Path(r["path"]).name: r for r in json.loads(out)["models"]}
+    assert code == 2 and "crashed on this model (signal" in rows["m.tflite"]["error"], (out, err)
+    assert rows["int8_more.tflite"]["error"] is None  # the other model is still audited
+    code, out, err = run([model], capsys)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 2 and len(lines) == 1 and "crashed on this model" in lines[0], err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crash.py", "int8_more.tflite", "m.tflite"]
+
+
+def _check_or_crash(real_check, crashing_model: Path):
+    """check_import, with the crashing child process only for ``crashing_model``."""
+    def check(imp, data, **kw):
+        if data == crashing_model.read_bytes():
+            return real_check(imp, data, **kw)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(tflite_check, "WORKER", Path(tflite_check.__file__).with_name("_tflite_worker.py"))
+            return real_check(imp, data, **kw)
+    return check
 
 
 def test_load_model_reads_tflite_by_content(tmp_path):
@@ -228,6 +283,7 @@ BAD = {
     "flex_op.tflite": "flex (TensorFlow) op 'FlexAddV2'",
     "float16.tflite": "float16",
     "unsupported_op.tflite": "COS not supported",
+    "hybrid.tflite": "dynamic-range (hybrid) quantized models are not supported",
 }
 
 
@@ -279,6 +335,7 @@ def test_pair_model_imports_exactly(path):
     loaded = load_model(path)
     check = check_loaded(loaded)
     assert check.checked and check.ok and check.op_max_lsb <= OP_TOLERANCE_LSB, check.summary()
+    assert all(d < 0.1 for d in check.tie_distance_by_op.values()), check.tie_distance_by_op
     int8_outs = [o for o in check.outputs if o.dtype == "int8"]
     for o in int8_outs:  # end to end, one-LSB ties inside the network move outputs by a few LSB at most
         assert o.max_lsb is not None and o.max_lsb <= 64 and o.exact_fraction > 0.5, check.summary()

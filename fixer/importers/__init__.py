@@ -36,6 +36,8 @@ def check_loaded(loaded, *, seed: int = 0, samples: int = 1):
 
         imp.check = check_import(imp, imp.data, seed=seed, samples=samples)
     check = imp.check
+    if not check.ok and check.interpreter_failed:
+        raise InputError(f"{loaded.path}: cannot check the TFLite import: {check.reason}.")
     if not check.ok:
         raise InputError(f"{loaded.path}: the TFLite import does not reproduce the TFLite interpreter: "
                          f"{check.reason}.")

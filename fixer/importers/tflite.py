@@ -107,7 +107,8 @@ def import_tflite(data: bytes, path: Path | str = "<tflite>") -> ImportedTFLite:
         return _Importer(data, Path(path)).run()
     except InputError:
         raise
-    except (struct.error, IndexError, ValueError, TypeError, AttributeError, KeyError, OverflowError) as exc:
+    except (struct.error, IndexError, ValueError, TypeError, AttributeError, KeyError, ArithmeticError,
+            MemoryError, RecursionError) as exc:
         raise InputError(f"{path}: truncated or corrupt TFLite flatbuffer ({type(exc).__name__}: {exc}).") from None
 
 
@@ -583,27 +584,27 @@ def _layout_tag(nchw: bool) -> str:
     return "NHWC->NCHW" if nchw else "NCHW->NHWC"
 
 
+_BOOL_OPTIONS = ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims")
+_NUMBER_OPTIONS = ("Axis", "Beta", "Alpha", "BlockSize", "StrideH", "StrideW", "DilationHFactor",
+                   "DilationWFactor", "FilterHeight", "FilterWidth", "DepthMultiplier", "NumSplits")
+
+
 def _describe_options(opts) -> dict:
+    """The operator options placement may need, as JSON-ready values (``tflite.options``)."""
     if opts is None:
         return {}
-    out = {}
-    for key in ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims", "Axis", "Beta", "Alpha",
-                "BlockSize", "Padding", "StrideH", "StrideW", "DilationHFactor", "DilationWFactor",
-                "FilterHeight", "FilterWidth", "DepthMultiplier", "NumSplits"):
+    out: dict = {}
+    for key in _BOOL_OPTIONS + _NUMBER_OPTIONS + ("Padding",):
         fn = getattr(opts, key, None)
         if fn is None:
             continue
-        try:
-            v = fn()
-        except Exception:  # noqa: BLE001 - an absent field reads as its default
-            continue
-        if isinstance(v, (np.floating, float)):
-            v = float(v)
-        out[key] = "SAME" if key == "Padding" and v == 0 else ("VALID" if key == "Padding" else v)
-        if isinstance(out[key], (np.integer,)):
-            out[key] = int(out[key])
-        if isinstance(out[key], bool) or key in ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims"):
+        v = fn()
+        if key == "Padding":
+            out[key] = "SAME" if v == 0 else "VALID"
+        elif key in _BOOL_OPTIONS:
             out[key] = bool(v)
+        else:
+            out[key] = float(v) if isinstance(v, (float, np.floating)) else int(v)
     return out
 
 
@@ -641,6 +642,14 @@ def _conv_pads(imp: _Importer, x: int, kh: int, kw: int, opts) -> list[int]:
     return [t, left, b, right]
 
 
+def _no_hybrid(imp: _Importer, x: int, w: int, y: int, op: str):
+    """Float activations with int8 weights is TFLite's dynamic-range (hybrid) kernel, which quantizes
+    the input at run time: not a computation a QDQ graph reproduces."""
+    if imp.ttype(x) == "FLOAT32" and imp.ttype(w) in ("INT8", "UINT8"):
+        imp.fail(f"{op} '{imp.tname(y)}' has float input and {imp.ttype(w).lower()} weights: dynamic-range "
+                 "(hybrid) quantized models are not supported; export a fully int8 model (or a float one).")
+
+
 def _weights(imp: _Importer, t: int, perm: tuple[int, ...]) -> str:
     """Constant ``t`` permuted by ``perm``: an int8 initializer behind DequantizeLinear (axis follows)."""
     arr = imp.const_array(t)
@@ -674,6 +683,7 @@ def _bias(imp: _Importer, ins: list[int], k: int) -> list[str]:
 
 
 def _conv2d(imp, ins, outs, opts):
+    _no_hybrid(imp, ins[0], ins[1], outs[0], "CONV_2D")
     x, w = ins[0], ins[1]
     o, kh, kw, ci = imp.shape(w)
     cin = imp.shape(x)[3]
@@ -687,6 +697,7 @@ def _conv2d(imp, ins, outs, opts):
 
 
 def _depthwise(imp, ins, outs, opts):
+    _no_hybrid(imp, ins[0], ins[1], outs[0], "DEPTHWISE_CONV_2D")
     x, w = ins[0], ins[1]
     _, kh, kw, co = imp.shape(w)
     cin = imp.shape(x)[3]
@@ -700,7 +711,8 @@ def _depthwise(imp, ins, outs, opts):
 
 
 def _transpose_conv(imp, ins, outs, opts):
-    out_shape, w, x = ins[0], ins[1], ins[2]
+    _no_hybrid(imp, ins[2], ins[1], outs[0], "TRANSPOSE_CONV")
+    w, x = ins[1], ins[2]  # ins[0] is the output shape, also the output tensor's own shape
     o, kh, kw, ci = imp.shape(w)
     _, h, wd, _ = imp.shape(x)
     _, oh, ow, _ = imp.shape(outs[0])
@@ -885,7 +897,15 @@ def _transpose(imp, ins, outs, opts):
     if perm is None:
         imp.fail(f"TRANSPOSE '{imp.tname(y)}' has a non-constant permutation.")
     perm = [int(p) for p in np.asarray(perm).reshape(-1)]
-    t = imp.node("Transpose", [imp.fval(x, False)], perm=perm)[0]
+    v = imp.val(x)
+    if imp.foldable(x, y):
+        imp.emit_const(y, v.const.transpose(perm))
+        return
+    if v.nchw and imp.rank(x) == 4 and len(perm) == 4:
+        # One Transpose from the NCHW value: TFLite's output[i] is NHWC axis perm[i], NCHW axis NHWC[perm[i]].
+        t = imp.node("Transpose", [imp.fval(x, True)], perm=[NHWC[p] for p in perm])[0]
+    else:
+        t = imp.node("Transpose", [imp.fval(x, False)], perm=perm)[0]
     imp.emit(y, t, False)
 
 
@@ -946,6 +966,7 @@ def _integer_upscale(xs, ys) -> bool:
 
 
 def _fully_connected(imp, ins, outs, opts):
+    _no_hybrid(imp, ins[0], ins[1], outs[0], "FULLY_CONNECTED")
     x, w, y = ins[0], ins[1], outs[0]
     if opts is not None and opts.WeightsFormat() != 0:
         imp.fail(f"FULLY_CONNECTED '{imp.tname(y)}' uses shuffled weights, which nafix cannot import.")

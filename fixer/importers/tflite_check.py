@@ -20,12 +20,10 @@ one the check is not run and says so (``nafix[tflite]`` installs it).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -39,62 +37,7 @@ OP_TOLERANCE_LSB = 1
 FLOAT_RTOL = 1e-5
 
 
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence file descriptor 2 (native code's prints) for the duration of the block."""
-    try:
-        saved = os.dup(2)
-    except OSError:  # pragma: no cover - no stderr to silence
-        yield
-        return
-    try:
-        with open(os.devnull, "w") as devnull:
-            os.dup2(devnull.fileno(), 2)
-            yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-
-
-def interpreter_class():
-    """The TFLite Interpreter class of the first installed runtime, or None."""
-    try:
-        from ai_edge_litert.interpreter import Interpreter
-        return Interpreter
-    except ImportError:
-        pass
-    try:
-        from tflite_runtime.interpreter import Interpreter  # type: ignore[import-not-found]
-        return Interpreter
-    except ImportError:
-        pass
-    try:  # pragma: no cover - TensorFlow is never a dependency
-        import tensorflow as tf  # type: ignore[import-not-found]
-        return tf.lite.Interpreter
-    except ImportError:
-        return None
-
-
-def make_interpreter(Interp, data: bytes, *, preserve: bool):
-    """The interpreter as users run it (default resolver, XNNPACK delegate for CPU); when the delegate
-    refuses the model (XNNPACK rejects e.g. an int8 CONCATENATION whose inputs differ in scale), TFLite's
-    own kernels without delegates."""
-    kwargs = {"experimental_preserve_all_tensors": True} if preserve else {}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the runtime warns that keeping every tensor costs memory
-        with _quiet_stderr():  # the runtime prints an INFO line about its CPU delegate
-            try:
-                interp = Interp(model_content=bytes(data), **kwargs)
-                interp.allocate_tensors()
-                return interp
-            except (ValueError, RuntimeError):
-                resolver = getattr(sys.modules.get(Interp.__module__), "OpResolverType", None)
-                if resolver is None:
-                    raise
-            interp = Interp(model_content=bytes(data), **kwargs,
-                            experimental_op_resolver_type=resolver.BUILTIN_WITHOUT_DEFAULT_DELEGATES)
-            interp.allocate_tensors()
-            return interp
+from ._tflite_worker import interpreter_class, make_interpreter  # noqa: E402,F401  (the check's runtime)
 
 
 @dataclass
@@ -126,6 +69,11 @@ class ImportCheck:
     outputs: list[OutputDiff] = field(default_factory=list)
     #: TFLite operator -> how many of its outputs had a one-LSB rounding tie somewhere.
     ties_by_op: dict[str, int] = field(default_factory=dict)
+    #: The interpreter itself rejected, failed on or crashed on the model (nothing was compared).
+    interpreter_failed: bool = False
+    #: TFLite operator -> the largest distance (in LSB) from a .5 rounding tie of a value the QDQ graph
+    #: rounded one LSB away from the interpreter (0 = exactly on a tie).
+    tie_distance_by_op: dict[str, float] = field(default_factory=dict)
 
     @property
     def bit_exact(self) -> bool:
@@ -139,8 +87,10 @@ class ImportCheck:
         outs = ", ".join(
             f"{o.name} {o.dtype}: " + (f"max {o.max_lsb} LSB, " if o.max_lsb is not None else "")
             + f"{100 * o.exact_fraction:.2f}% exact" for o in self.outputs)
+        near = (f", every differing value within {max(self.tie_distance_by_op.values()):.2g} LSB of a .5 tie"
+                if self.tie_distance_by_op else "")
         ops = (f"{self.ops_checked} quantized op outputs within {self.op_max_lsb} LSB "
-               f"({self.ops_off_by_one} with a one-LSB rounding tie)" if self.ops_checked
+               f"({self.ops_off_by_one} with a one-LSB rounding tie{near})" if self.ops_checked
                else f"float model, outputs within {FLOAT_RTOL:g} relative")
         return f"import checked against {self.runtime} on {self.samples} seeded input(s): {ops}; outputs {outs}"
 
@@ -148,23 +98,28 @@ class ImportCheck:
     def as_dict(self) -> dict:
         return {"checked": self.checked, "ok": self.ok, "runtime": self.runtime, "reason": self.reason,
                 "samples": self.samples, "ops_checked": self.ops_checked, "op_max_lsb": self.op_max_lsb,
-                "ops_off_by_one": self.ops_off_by_one, "ties_by_op": self.ties_by_op, "worst_op": self.worst_op,
+                "ops_off_by_one": self.ops_off_by_one, "ties_by_op": self.ties_by_op,
+                "tie_distance_by_op": self.tie_distance_by_op, "worst_op": self.worst_op,
                 "op_tolerance_lsb": OP_TOLERANCE_LSB, "outputs": [o.as_dict() for o in self.outputs]}
 
 
-def seeded_inputs(imp: ImportedTFLite, interp, *, seed: int, samples: int) -> list[dict[str, np.ndarray]]:
-    """Seeded inputs in each input's dtype; a float input feeding a quantization gets its range."""
+def seeded_inputs(imp: ImportedTFLite, *, seed: int, samples: int) -> list[dict[str, np.ndarray]]:
+    """Seeded inputs in each input's TFLite shape and dtype; a float input feeding a quantization gets
+    the range that quantization represents, integer inputs their whole range."""
     rng = np.random.default_rng(seed)
     ranges = _float_input_ranges(imp.model)
+    by_name = {i.name: i for i in imp.model.graph.input}
     out = []
-    details = interp.get_input_details()
     for _ in range(samples):
         feed = {}
-        for d, name in zip(details, imp.input_names):
-            shape = [int(s) for s in d["shape"]]
-            dt = np.dtype(d["dtype"])
+        for name in imp.input_names:
+            vi = by_name[name]
+            shape = [max(int(d.dim_value), 1) for d in vi.type.tensor_type.shape.dim]
+            dt = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
             if dt.kind == "f":
-                lo, hi = ranges.get(name, (-1.0, 1.0))
+                lo, hi = sorted(ranges.get(name, (-1.0, 1.0)))
+                if not (np.isfinite(lo) and np.isfinite(hi)) or hi - lo > 1e30:
+                    lo, hi = -1.0, 1.0
                 feed[name] = rng.uniform(lo, hi, size=shape).astype(dt)
             elif dt == np.bool_:
                 feed[name] = rng.integers(0, 2, size=shape).astype(dt)
@@ -200,14 +155,14 @@ def _session(model: onnx.ModelProto):
     return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
 
 
-def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str]]:
-    """The imported graph with every operator's quantized output also fed from outside."""
+def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str], dict[int, tuple]]:
+    """The imported graph with every operator's quantized output also fed from outside; and, per such
+    output, (the float tensor its QuantizeLinear rounds, scale, zero-point)."""
     model = onnx.ModelProto()
     model.CopyFrom(imp.model)
     g = model.graph
-    types = {}
-    for vi in list(g.input) + list(g.output) + list(g.value_info):
-        types[vi.name] = vi
+    inits = {i.name: i for i in g.initializer}
+    pre: dict[int, tuple] = {}
     fed: dict[int, str] = {}
     rename = {}
     elems: dict[str, int] = {}
@@ -223,6 +178,11 @@ def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str]]:
         fed[t] = new
         elems[qname] = elem
         g.input.append(helper.make_tensor_value_info(new, elem, None))
+        if prod.input[1] in inits and zp_init is not None:
+            sc = onnx.numpy_helper.to_array(inits[prod.input[1]]).reshape(-1)
+            zp = onnx.numpy_helper.to_array(zp_init).reshape(-1)
+            if sc.size == 1 and zp.size == 1:
+                pre[t] = (prod.input[0], float(sc[0]), int(zp[0]))
     for n in g.node:
         for k, i in enumerate(n.input):
             if i in rename:
@@ -231,57 +191,114 @@ def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str]]:
     for t, (qname, _) in imp.quantized_outputs.items():
         if t in fed and qname not in outs:
             g.output.append(helper.make_tensor_value_info(qname, elems[qname], None))
-    return model, fed
+            outs.add(qname)
+    for t, (name, _, _) in list(pre.items()):
+        if name in rename or name in {i.name for i in g.input}:
+            del pre[t]
+        elif name not in outs:
+            g.output.append(helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+            outs.add(name)
+    return model, fed, pre
+
+
+#: Seconds the interpreter child process may take (a large model with every tensor kept).
+INTERPRETER_TIMEOUT_S = 600.0
+#: The script the child process runs (imports numpy and the interpreter only).
+WORKER = Path(__file__).with_name("_tflite_worker.py")
+
+
+class InterpreterFailed(Exception):
+    """The TFLite interpreter rejected, failed on, or crashed on the model (message: why)."""
+
+
+def run_interpreter(data: bytes, feeds: list[list[np.ndarray]], *, tensors=(), preserve: bool = False,
+                    timeout_s: float = INTERPRETER_TIMEOUT_S) -> tuple[str, list[dict]]:
+    """Run the TFLite interpreter on ``feeds`` (per sample, arrays in the subgraph's input order) in a
+    child process (the interpreter is native code that can crash on a hostile model).
+
+    Returns (runtime name, per sample ``{"outputs": [arrays in output order], "tensors": {index:
+    array}}``); raises :class:`InterpreterFailed` with the reason."""
+    import json
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="nafix-tflite-") as tmp:
+        d = Path(tmp)
+        (d / "model.tflite").write_bytes(bytes(data))
+        (d / "request.json").write_text(json.dumps({"samples": len(feeds), "tensors": [int(t) for t in tensors],
+                                                    "preserve": bool(preserve or tensors)}))
+        np.savez(d / "inputs.npz", **{f"s{s}_{i}": x for s, feed in enumerate(feeds) for i, x in enumerate(feed)})
+        try:
+            proc = subprocess.run([sys.executable, str(WORKER), str(d)],
+                                  capture_output=True, text=True, timeout=timeout_s, cwd=tmp)
+        except subprocess.TimeoutExpired:
+            raise InterpreterFailed(f"the TFLite interpreter did not finish within {timeout_s:.0f} s") from None
+        done = d / "done.json"
+        if proc.returncode != 0 or not done.is_file():
+            how = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit code {proc.returncode}"
+            raise InterpreterFailed(f"the TFLite interpreter crashed on this model ({how})")
+        info = json.loads(done.read_text())
+        if "error" in info:
+            raise InterpreterFailed(f"the TFLite interpreter rejects the model ({info['error']})")
+        with np.load(d / "outputs.npz") as z:
+            arrays = {k: z[k] for k in z.files}
+    out = []
+    for s in range(len(feeds)):
+        outs = []
+        k = 0
+        while f"s{s}_o{k}" in arrays:
+            outs.append(arrays[f"s{s}_o{k}"])
+            k += 1
+        out.append({"outputs": outs, "tensors": {int(t): arrays[f"s{s}_t{int(t)}"] for t in tensors}})
+    return info["runtime"], out
 
 
 def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: int = 1) -> ImportCheck:
     """Compare the imported model with the TFLite interpreter (see the module docstring)."""
-    Interp = interpreter_class()
-    if Interp is None:
+    if interpreter_class() is None:
         return ImportCheck(checked=False, ok=True,
                            reason="no TFLite interpreter installed (pip install 'nafix[tflite]')")
-    runtime = Interp.__module__.split(".")[0]
-    try:
-        interp = make_interpreter(Interp, data, preserve=True)
-    except (ValueError, RuntimeError) as exc:
-        return ImportCheck(checked=True, ok=False, runtime=runtime,
-                           reason=f"the TFLite interpreter rejects the model ({str(exc).splitlines()[0]})")
-    feeds = seeded_inputs(imp, interp, seed=seed, samples=samples)
+    feeds = seeded_inputs(imp, seed=seed, samples=samples)
     try:
         sess = _session(imp.model)
-        fed_model, fed = _fed_model(imp)
+        fed_model, fed, pre = _fed_model(imp)
         fed_sess = _session(fed_model)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own exception types
-        return ImportCheck(checked=True, ok=False, runtime=runtime,
+        return ImportCheck(checked=True, ok=False,
                            reason=f"onnxruntime cannot run the imported graph ({str(exc).splitlines()[0][:200]})")
+    try:
+        runtime, ref = run_interpreter(data, [[f[n] for n in imp.input_names] for f in feeds], tensors=list(fed))
+    except InterpreterFailed as exc:
+        return ImportCheck(checked=True, ok=False, reason=str(exc), interpreter_failed=True)
     res = ImportCheck(checked=True, ok=True, runtime=runtime, samples=len(feeds))
+    try:
+        return _compare(imp, ref, sess, fed, pre, fed_sess, feeds, res)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime's own error types on a broken model
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        return _fail(res, f"onnxruntime cannot run the imported graph ({first})")
+
+
+def _compare(imp, ref, sess, fed, pre, fed_sess, feeds, res) -> ImportCheck:
     out_stats: dict[str, list] = {}
+    tie_dist: dict[str, float] = {}
     worst = (-1, "")
     off_by_one = set()
-    qnames = {qn: t for t, (qn, _) in imp.quantized_outputs.items()}
     op_of = {t: (k, name) for k, (name, ts) in enumerate(imp.ops) for t in ts}
     dq_scale = _output_lsb(imp.model)
-    for feed in feeds:
-        for d, name in zip(interp.get_input_details(), imp.input_names):
-            interp.set_tensor(d["index"], feed[name])
-        interp.invoke()
-        ref = {name: interp.get_tensor(d["index"])
-               for d, name in zip(interp.get_output_details(), imp.output_names)}
+    for feed, r_s in zip(feeds, ref):
         got = dict(zip(imp.output_names, sess.run(imp.output_names, feed)))
-        for name in imp.output_names:
-            out_stats.setdefault(name, []).append((ref[name], got[name]))
+        for name, r in zip(imp.output_names, r_s["outputs"]):
+            out_stats.setdefault(name, []).append((r, got[name]))
         # Op by op: feed every quantized tensor from the interpreter.
         ffeed = dict(feed)
         for t, new in fed.items():
-            v = interp.get_tensor(t)
-            if imp.quantized_outputs[t][1]:
-                v = v.transpose(NCHW)
-            ffeed[new] = v
-        want = [imp.quantized_outputs[t][0] for t in fed]
-        vals = dict(zip(want, fed_sess.run(want, ffeed)))
+            v = r_s["tensors"][t]
+            ffeed[new] = v.transpose(NCHW) if imp.quantized_outputs[t][1] else v
+        want = [imp.quantized_outputs[t][0] for t in fed] + sorted({p[0] for p in pre.values()})
+        vals = dict(zip(want, fed_sess.run(want, ffeed))) if want else {}
         for t in fed:
             qn, nchw = imp.quantized_outputs[t]
-            r = interp.get_tensor(t)
+            r = r_s["tensors"][t]
             g = vals[qn]
             if nchw:
                 g = g.transpose((0, 2, 3, 1))
@@ -295,11 +312,27 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
                 worst = (diff, f"#{k} {opname} ('{qn}')")
             if diff == 1:
                 off_by_one.add(t)
+                if t in pre:  # how far from a .5 rounding tie the values that differ are
+                    name, sc, zp = pre[t]
+                    v = vals[name].astype(np.float64) / sc + zp
+                    if nchw:
+                        v = v.transpose((0, 2, 3, 1))
+                    hit = np.abs(r.astype(np.int32) - g.astype(np.int32)) == 1
+                    # a value rounded differently is within this distance (in LSB) of x.5; beyond the int8
+                    # range saturation decides, not rounding
+                    vin = v[hit]
+                    info = np.iinfo(r.dtype)
+                    vin = vin[(vin > info.min - 0.5) & (vin < info.max + 0.5)]
+                    if vin.size:
+                        d = float(np.max(np.abs(vin - np.floor(vin) - 0.5)))
+                        k, opname = op_of.get(t, (-1, "?"))
+                        tie_dist[opname] = max(tie_dist.get(opname, 0.0), d)
     res.ops_checked = len(fed)
     res.op_max_lsb = max(worst[0], 0)
     res.worst_op = worst[1]
     res.ops_off_by_one = len(off_by_one)
     res.ties_by_op = dict(sorted(Counter(op_of.get(t, (-1, "?"))[1] for t in off_by_one).items()))
+    res.tie_distance_by_op = {k: round(v, 6) for k, v in sorted(tie_dist.items())}
     for name, pairs in out_stats.items():
         r = np.stack([p[0] for p in pairs])
         g = np.stack([p[1] for p in pairs])
@@ -314,7 +347,6 @@ def check_import(imp: ImportedTFLite, data: bytes, *, seed: int = 0, samples: in
     if res.op_max_lsb > OP_TOLERANCE_LSB:
         return _fail(res, f"operator {res.worst_op} differs from the TFLite interpreter by {res.op_max_lsb} LSB "
                           f"given the same inputs (at most {OP_TOLERANCE_LSB} is a rounding tie)")
-    del qnames
     return res
 
 
@@ -348,8 +380,7 @@ def compare_model(imp: ImportedTFLite, model: onnx.ModelProto, *, io_changes=(),
     no interpreter is installed or the model's interface is not the TFLite one up to those changes."""
     from ..verify import dequantize, quantize_like_ort
 
-    Interp = interpreter_class()
-    if Interp is None:
+    if interpreter_class() is None:
         return None
     changed_in = {c.name: c for c in io_changes if c.kind == "input"}
     changed_out = {c.name: c for c in io_changes if c.kind == "output"}
@@ -359,22 +390,22 @@ def compare_model(imp: ImportedTFLite, model: onnx.ModelProto, *, io_changes=(),
         return None
     if any(isinstance(c.scale, list) for c in io_changes):
         return None
-    interp = make_interpreter(Interp, imp.data, preserve=False)
+    feeds = seeded_inputs(imp, seed=seed, samples=samples)
+    try:
+        _, ref = run_interpreter(imp.data, [[f[n] for n in imp.input_names] for f in feeds])
+    except InterpreterFailed:
+        return None
     sess = _session(model)
-    feeds = seeded_inputs(imp, interp, seed=seed, samples=samples)
     lsb = _output_lsb(imp.model)
     pairs: dict[str, list] = {}
-    for feed in feeds:
-        for d, name in zip(interp.get_input_details(), imp.input_names):
-            interp.set_tensor(d["index"], feed[name])
-        interp.invoke()
+    for feed, r_s in zip(feeds, ref):
         mfeed = {k: (quantize_like_ort(v, changed_in[k].scale, changed_in[k].zero_point, changed_in[k].dtype)
                      if k in changed_in else v) for k, v in feed.items()}
         got = dict(zip(imp.output_names, sess.run(imp.output_names, mfeed)))
         for name, c in changed_out.items():
             got[name] = dequantize(got[name], c.scale, c.zero_point)
-        for d, name in zip(interp.get_output_details(), imp.output_names):
-            pairs.setdefault(name, []).append((interp.get_tensor(d["index"]), got[name]))
+        for name, r in zip(imp.output_names, r_s["outputs"]):
+            pairs.setdefault(name, []).append((r, got[name]))
     return [_diff(name, np.stack([p[0] for p in ps]), np.stack([p[1] for p in ps]), lsb.get(name))
             for name, ps in pairs.items()]
 

@@ -17,7 +17,13 @@ activations use their int8 range without saturating everywhere. The files:
   PACK, ADD with a fused RELU; six outputs (int8 and int32).
 * ``float_model.tflite``: a float32 model: CONV_2D (RELU), DEPTHWISE_CONV_2D (RELU6), ADD, MEAN,
   FULLY_CONNECTED, DIV.
-* ``custom_op.tflite``, ``flex_op.tflite``, ``float16.tflite``, ``unsupported_op.tflite``: models
+* ``int8_layout.tflite``: axis operators on tensors the import carries NCHW: CONCATENATION on H,
+  PAD on W and C, STRIDED_SLICE with a shrink mask, MEAN over C, SOFTMAX on a 4-D tensor, SPLIT on
+  W, SUB, TRANSPOSE of H and W, RESHAPE.
+* ``uint8_model.tflite``: a TF1-style uint8 model (uint8 activations, asymmetric uint8 weights):
+  CONV_2D (RELU6), AVERAGE_POOL_2D, RESHAPE, FULLY_CONNECTED, SOFTMAX.
+* ``custom_op.tflite``, ``flex_op.tflite``, ``float16.tflite``, ``unsupported_op.tflite``,
+  ``hybrid.tflite`` (float activations with int8 weights): models
   nafix must refuse with one error sentence.
 """
 
@@ -417,6 +423,87 @@ def float_model() -> bytes:
     return m.build()
 
 
+def int8_layout() -> bytes:
+    """Axis operators on activations carried NCHW inside the import: each axis must be remapped."""
+    m = Model(seed=11)
+    s, z = 0.05, -5
+    x = m.act("input", (1, 6, 6, 4), 1 / 32, 0)
+    c = conv(m, "conv", x, 4, 4, 1, 1, 1 / 32, s, z, NONE, (1, 6, 6, 4))
+    cat = m.act("concat_h", (1, 12, 6, 4), s, z)
+    m.op("CONCATENATION", [c, c], [cat], "ConcatenationOptions", {"Axis": 1, "FusedActivationFunction": NONE})
+    pads = m.const("pad_c/paddings", [[0, 0], [0, 0], [1, 0], [0, 4]], "int32")
+    pc = m.act("pad_c", (1, 12, 7, 8), s, z)
+    m.op("PAD", [cat, pads], [pc])
+    begin = m.const("shrink/begin", [0, 3, 0, 0], "int32")
+    end = m.const("shrink/end", [1, 4, 7, 8], "int32")
+    strides = m.const("shrink/strides", [1, 1, 1, 1], "int32")
+    sh = m.act("shrink", (1, 7, 8), s, z)
+    m.op("STRIDED_SLICE", [pc, begin, end, strides], [sh], "StridedSliceOptions",
+         {"BeginMask": 0, "EndMask": 0, "ShrinkAxisMask": 2})
+    axes = m.const("mean_c/axes", [3], "int32")
+    mc = m.act("mean_c", (1, 6, 6), 0.03, 0)
+    m.op("MEAN", [c, axes], [mc], "ReducerOptions", {"KeepDims": False})
+    sm = m.act("softmax_c", (1, 6, 6, 4), 1 / 256, -128)
+    m.op("SOFTMAX", [c], [sm], "SoftmaxOptions", {"Beta": 1.0})
+    axis = m.const("split_w/axis", 2, "int32")
+    w0 = m.act("split_w0", (1, 6, 3, 4), s, z)
+    w1 = m.act("split_w1", (1, 6, 3, 4), s, z)
+    m.op("SPLIT", [axis, c], [w0, w1], "SplitOptions", {"NumSplits": 2})
+    sub = m.act("sub", (1, 6, 3, 4), 0.08, 0)
+    m.op("SUB", [w0, w1], [sub], "SubOptions", {"FusedActivationFunction": NONE})
+    perm = m.const("transpose_hw/perm", [0, 2, 1, 3], "int32")
+    tr = m.act("transpose_hw", (1, 3, 6, 4), 0.08, 0)
+    m.op("TRANSPOSE", [sub, perm], [tr])
+    shape = m.const("flatten/shape", [1, 72], "int32")
+    fl = m.act("flatten", (1, 72), 0.08, 0)
+    m.op("RESHAPE", [tr, shape], [fl])
+    m.inputs, m.outputs = [x], [sh, mc, sm, fl]
+    return m.build()
+
+
+def uint8_model() -> bytes:
+    """A TF1-style uint8 model: uint8 activations and asymmetric uint8 weights, per tensor."""
+    m = Model(seed=9)
+    x = m.act("input", (1, 8, 8, 3), 1 / 128, 128, dtype="uint8")
+    wf = m.rng.normal(0, 1, (4, 3, 3, 3))
+    ws = float(wf.max() - wf.min()) / 255
+    wz = int(round(-wf.min() / ws))
+    w = m.const("conv/weights", np.clip(np.rint(wf / ws) + wz, 0, 255), "uint8", scale=ws, zp=wz)
+    b = m.const("conv/bias", m.rng.integers(-100, 100, 4), "int32", scale=ws / 128, zp=0)
+    c = m.act("conv", (1, 8, 8, 4), 0.05, 120, dtype="uint8")
+    m.op("CONV_2D", [x, w, b], [c], "Conv2DOptions",
+         {"Padding": SAME, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": RELU6,
+          "DilationWFactor": 1, "DilationHFactor": 1})
+    p = m.act("avgpool", (1, 4, 4, 4), 0.05, 120, dtype="uint8")
+    m.op("AVERAGE_POOL_2D", [c], [p], "Pool2DOptions",
+         {"Padding": VALID, "StrideW": 2, "StrideH": 2, "FilterWidth": 2, "FilterHeight": 2})
+    shape = m.const("reshape/shape", [1, 64], "int32")
+    r = m.act("flatten", (1, 64), 0.05, 120, dtype="uint8")
+    m.op("RESHAPE", [p, shape], [r])
+    fwf = m.rng.normal(0, 0.3, (5, 64))
+    fs = float(fwf.max() - fwf.min()) / 255
+    fz = int(round(-fwf.min() / fs))
+    fw = m.const("fc/weights", np.clip(np.rint(fwf / fs) + fz, 0, 255), "uint8", scale=fs, zp=fz)
+    fb = m.const("fc/bias", m.rng.integers(-100, 100, 5), "int32", scale=fs * 0.05, zp=0)
+    fc = m.act("fc", (1, 5), 0.1, 128, dtype="uint8")
+    m.op("FULLY_CONNECTED", [r, fw, fb], [fc], "FullyConnectedOptions", {"FusedActivationFunction": NONE})
+    sm = m.act("softmax", (1, 5), 1 / 256, 0, dtype="uint8")
+    m.op("SOFTMAX", [fc], [sm], "SoftmaxOptions", {"Beta": 1.0})
+    m.inputs, m.outputs = [x], [sm]
+    return m.build()
+
+
+def hybrid() -> bytes:
+    """Dynamic-range quantization: float activations, int8 weights (refused)."""
+    m = Model(seed=10)
+    x = m.tensor("input", (1, 16), "float32")
+    w = m.qweights("fc/weights", (4, 16), 0)
+    y = m.tensor("output", (1, 4), "float32")
+    m.op("FULLY_CONNECTED", [x, w, -1], [y], "FullyConnectedOptions", {"FusedActivationFunction": NONE})
+    m.inputs, m.outputs = [x], [y]
+    return m.build()
+
+
 def custom_op(flex: bool) -> bytes:
     m = Model(seed=4)
     x = m.tensor("input", (1, 4), "float32")
@@ -449,7 +536,9 @@ def unsupported_op() -> bytes:
 
 MODELS = {
     "movenet_like.tflite": movenet_like, "int8_cnn.tflite": int8_cnn, "int8_misc.tflite": int8_misc,
-    "int8_more.tflite": int8_more, "float_model.tflite": float_model,
+    "int8_more.tflite": int8_more, "int8_layout.tflite": int8_layout, "float_model.tflite": float_model,
+    "uint8_model.tflite": uint8_model,
+    "hybrid.tflite": hybrid,
     "custom_op.tflite": lambda: custom_op(False), "flex_op.tflite": lambda: custom_op(True),
     "float16.tflite": float16, "unsupported_op.tflite": unsupported_op,
 }
