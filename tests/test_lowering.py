@@ -107,6 +107,28 @@ def test_channel_pad_is_two_transposes():
         ("SW", "Transpose"), ("HW", "Pad"), ("HW", "Pad"), ("SW", "Transpose")]
 
 
+def _pool_then_channel_pad(channels: int):
+    b = QDQ()
+    x = b.input("x", [1, channels, 16, 16])
+    p = b.op("MaxPool", [x], name="pool", kernel_shape=[2, 2], strides=[2, 2])
+    y = b.op("Pad", [p, b.const("pads", np.array([0, 0, 0, 0, 0, channels, 0, 0], np.int64))], name="pad")
+    b.output(y)
+    return b.model()
+
+
+@pytest.mark.parametrize("channels, version, sw_transposes", [
+    (32, "2.2", 1), (64, "2.1", 1),  # face_landmark c_info: 'MaxPool_62 | Transpose_63' NODE_HW
+    (16, "2.2", 2), (28, "2.2", 2),  # face_landmark Transpose_29, blazeface: SW
+    (32, "2.0", 2),  # not seen in 2.0: the lowering as before
+])
+def test_channel_pad_after_pool_transposes_on_hw(channels, version, sw_transposes):
+    a = analyze(_pool_then_channel_pad(channels), prof=core(version))
+    assert a.estimate.sw_ops == Counter({"Transpose": sw_transposes})
+    pool = [g for g in a.estimate.groups if "pool" in g.nodes]
+    assert len(pool) == 1 and pool[0].unit == "HW"
+    assert ("pad" in pool[0].nodes) == (sw_transposes == 1)
+
+
 # ------------------------------------------------------------------------------ names and edges
 
 

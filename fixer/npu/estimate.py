@@ -25,7 +25,10 @@ The rule (kept in step with the README's "How epochs are estimated"):
 6. Lowerings (profile ``lowerings``): the compiler inserts ops of its own, each a SW epoch: nearest
    upsampling becomes one DepthToSpace epoch (instead of a HW epoch), a ConvTranspose is followed by a
    DepthToSpace, a dilated Conv is wrapped in SpaceToDepth -> Conv -> DepthToSpace, a Conv whose stride
-   exceeds its kernel or the native stride is preceded by a SpaceToDepth.
+   exceeds its kernel or the native stride is preceded by a SpaceToDepth, a channel Pad becomes
+   Transpose -> (Identity copy, Pad as a HW Conv) -> Transpose, whose leading Transpose joins the HW
+   epoch of a pool feeding the Pad where the core's ``channel_pad_hw_transpose_channels`` divides the
+   channel count (INF).
 7. Per core version (profile ``cores``): a SW epoch whose op the core lists in ``hybrid_ops`` (int8
    kernel, or inserted by a lowering) is a *hybrid* epoch; with ``float_suffix`` the report names float
    kernels ``Op(float)``.
@@ -189,7 +192,13 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         extra = rule.extra_epochs if rule else 0
         if low == "channel_pad":
             first, last = profile.lowerings[low].inserts[0], profile.lowerings[low].inserts[-1]
-            inserted(first, node, low)
+            pool_epoch = _pool_epoch_taking_transpose(view, node, profile, tensor_epoch)
+            if pool_epoch is not None and groups[pool_epoch].unit == HW:
+                # the leading Transpose runs in the pool's HW epoch (c_info: 'MaxPool_62 | Transpose_63', NODE_HW)
+                groups[pool_epoch].nodes.append(node.name)
+                groups[pool_epoch].ops.append(first)
+            else:
+                inserted(first, node, low)
             new(HW, node)  # an Identity copy, then the padding itself as a HW Conv (c_info:
             new(HW, node)  # 'Pad_33_conv_identity' -> 'Pad_33 Node kind=Conv', face_landmark; blazeface alike)
             inserted(last, node, low)
@@ -288,6 +297,26 @@ def _sw_slices(view: GraphView, node, rule) -> int:
     if shape is None or len(shape) < 3 or not all(isinstance(d, int) and d > 0 for d in shape[:-2]):
         return 1
     return max(1, int(np.prod(shape[:-2])))
+
+
+def _pool_epoch_taking_transpose(view: GraphView, node, profile: TargetProfile, tensor_epoch: dict) -> int | None:
+    """The HW epoch of the pool that feeds a channel-padding ``node`` when the core runs the lowering's
+    leading Transpose in that epoch: the Pad's input (through Q/DQ) is a MaxPool/AveragePool output and
+    its channel count is a multiple of the profile's ``channel_pad_hw_transpose_channels`` (0: never)."""
+    lim = profile.limits.get("channel_pad_hw_transpose_channels")
+    if lim is None or int(lim.value) <= 0 or not node.inputs:
+        return None
+    x = node.inputs[0]
+    src = view.source(x)
+    while src is not None and src.op in ("QuantizeLinear", "DequantizeLinear"):
+        src = view.source(src.inputs[0])
+    if src is None or src.op not in ("MaxPool", "AveragePool"):
+        return None
+    shape = x.shape
+    c = shape[3 if _nhwc(view, node) else 1] if shape is not None and len(shape) == 4 else None
+    if not isinstance(c, int) or c <= 0 or c % int(lim.value):
+        return None
+    return tensor_epoch.get(x.name)
 
 
 def _feeds_conv(view: GraphView, node) -> bool:
