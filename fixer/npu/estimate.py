@@ -16,7 +16,9 @@ The rule (kept in step with the README's "How epochs are estimated"):
    Relu/Clip/Mul then Mul/Add, two epochs).
 4c. Each graph input whose first reader is not a Transpose gets ``input_copy_epochs`` HW epochs (the
    compiler's 'Identity_inserted' input copy); a Conv/Gemm/MatMul whose int8 weights reach
-   ``weights_extra_epoch_bytes`` takes one more HW epoch (INF, see the profile).
+   ``weights_extra_epoch_bytes`` takes one more HW epoch (INF, see the profile); a non-depthwise Conv
+   wider than the native kernel width takes one HW epoch per band of ``conv_kernel_h_native`` kernel
+   rows plus ``wide_kernel_sum_epochs`` summing epochs, into which a core's ``fuse_ops`` do not fuse.
 5. Every SW node is one SW epoch, conversions included (a DequantizeLinear or QuantizeLinear that runs
    in SW is its own epoch), except the float prologue of a graph input: data movement on the float
    input and the QuantizeLinear that ends it are one SW epoch. An op whose table entry has
@@ -103,6 +105,7 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
     by_name = placement.by_name
     groups: list[Epoch] = []
     tensor_epoch: dict[str, int] = {}  # tensor -> index of the HW epoch that computed it
+    summed: set[int] = set()  # epochs that sum the partial results of a decomposed wide-kernel Conv
 
     def new(unit: str, node) -> int:
         groups.append(Epoch(len(groups) + 1, unit, [node.name], [node.op]))
@@ -218,8 +221,11 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
             extra += int(mul_extra.value)
         if kind == "fuse":
             joined = None
+            core_fused = rule is not None and rule.epoch != "fuse"  # fused by the core's fuse_ops only
             for t in acts:
                 e = tensor_epoch.get(t.name)
+                if core_fused and e in summed:
+                    continue  # not into the summing epoch of a decomposed Conv (magnus 7x7, 4.0.0: 5 epochs)
                 if e is not None and groups[e].unit == HW and real_users(view.source_tensor(t)) == 1:
                     joined = e
                     break
@@ -233,6 +239,13 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                     tensor_epoch[o.name] = idx
                 continue
         idx = new(HW, node)
+        bands = _wide_kernel_bands(node, profile)
+        if bands:
+            for _ in range(bands - 1):
+                idx = new(HW, node)
+            for _ in range(int(profile.limit("wide_kernel_sum_epochs"))):
+                idx = new(HW, node)
+                summed.add(idx)
         if big is not None and _weight_bytes(view, node) >= big.value:
             extra += 1
         dw_extra = profile.limits.get("depthwise_decomposed_extra_epochs")
@@ -324,6 +337,25 @@ def _feeds_conv(view: GraphView, node) -> bool:
     through = MOVEMENT_OPS | {"QuantizeLinear", "DequantizeLinear"}
     return any(c is not None and c.op in ("Conv", "QLinearConv")
                for o in node.outputs for c, _ in view.sinks(o, through=through))
+
+
+def _wide_kernel_bands(node, profile: TargetProfile) -> int:
+    """HW passes of a (non-depthwise) Conv whose kernel is wider than the native width: one per band of at
+    most ``conv_kernel_h_native`` kernel rows; 0 when the Conv is not decomposed (or the profile has no
+    ``wide_kernel_sum_epochs``)."""
+    if node.op not in ("Conv", "QLinearConv") or int(node.attrs.get("group", 1)) != 1:
+        return 0
+    if "wide_kernel_sum_epochs" not in profile.limits:
+        return 0
+    ks = _kernel(node)
+    if len(ks) != 2 or not all(isinstance(k, int) for k in ks):
+        return 0
+    strides = _ints(node.attrs.get("strides"), 2, 1)
+    wmax = profile.limits.get("conv_kernel_w_native_stride1" if strides[1] == 1 else "conv_kernel_w_native_stride2")
+    hmax = profile.limits.get("conv_kernel_h_native")
+    if wmax is None or hmax is None or ks[1] <= wmax.value:
+        return 0
+    return -(-int(ks[0]) // int(hmax.value))
 
 
 def _tall_depthwise(node, profile: TargetProfile) -> bool:
