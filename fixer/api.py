@@ -275,13 +275,11 @@ class FixResult:
 
 
 def default_outputs(model_path: Path, output: str | None) -> tuple[Path, Path, Path]:
-    """(model, JSON report, C header) paths: ``model.nafix.onnx`` etc. beside the input, or from -o."""
-    if output:
-        out = Path(output)
-        if out.is_dir():
-            out = out / (model_path.stem + ".nafix.onnx")
-    else:
-        out = model_path.with_name(model_path.stem + ".nafix.onnx")
+    """(model, JSON report, C header) paths: ``model.nafix.onnx`` etc. beside the input, or from -o
+    (a folder, i.e. a trailing separator or an existing folder, gets ``model.nafix.onnx`` inside)."""
+    from .outputs import resolve_output
+
+    out = resolve_output(output, model_path.stem + ".nafix.onnx", default_dir=model_path.parent)
     stem = out.name[:-5] if out.name.endswith(".onnx") else out.name
     return out, out.with_name(stem + ".json"), out.with_name(stem + ".h")
 
@@ -302,16 +300,6 @@ def boundary_checks(engine, contracts) -> list:
 
     return [BoundaryCheck(t, c.rule, contracts[i], c.region_inputs)
             for i, c in enumerate(engine.changes) for t in c.boundary]
-
-
-def _written_by_nafix(path: Path) -> bool:
-    import onnx
-
-    try:
-        m = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001
-        return False
-    return any(p.key == "nafix.version" for p in m.metadata_props)
 
 
 #: Rewrites that prepare float islands for quantization (they turn SW-only ops into NPU primitives,
@@ -440,6 +428,27 @@ def _quant_kind(model) -> str:
     return "qdq"
 
 
+def _fix_inputs(opts: FixOptions, src: Path) -> tuple[Path, ...]:
+    """The files a fix run reads: never written over, even with --force."""
+    paths = [src]
+    if opts.inputs_npz:
+        paths.append(Path(opts.inputs_npz))
+    if opts.calib is not None and getattr(opts.calib, "path", None):
+        paths.append(Path(opts.calib.path))
+    return tuple(paths)
+
+
+def _check_fix_outputs(opts: FixOptions, src: Path, out: Path, report: Path, header: Path | None = None) -> None:
+    """Refuse, before any work, an output that would replace an input or a file nafix did not write."""
+    from .outputs import MODEL, REPORT, check_output
+
+    protect = _fix_inputs(opts, src)
+    check_output(out, kind=MODEL, force=opts.force, protected=protect, what="model")
+    check_output(report, kind=REPORT, force=opts.force, protected=protect, what="JSON report")
+    if header is not None:
+        check_output(header, kind=REPORT, force=opts.force, protected=protect, what="C header")
+
+
 def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         on_round: Callable[[int, int], None] | None = None,
         on_compile_line: Callable[[str, str], None] | None = None,
@@ -461,11 +470,7 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     out, report_path, header_path = default_outputs(src, opts.output)
     loaded = load_model(src, input_shapes=opts.analysis.input_shapes)
     if not opts.dry_run:
-        for p in (out, report_path, header_path):
-            if p.exists() and src.exists() and p.resolve() == src.resolve():
-                raise UsageError(f"{p}: refusing to write over the input model; choose another output with -o.")
-        if out.exists() and not opts.force and not _written_by_nafix(out):
-            raise UsageError(f"{out}: exists and was not written by nafix; pass --force to overwrite it or choose -o.")
+        _check_fix_outputs(opts, src, out, report_path)
     before = analyze_model(loaded, profile=profile, pools=pools)
     rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore)
     warnings: list[str] = []
@@ -503,6 +508,8 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     written = False
     verified = verification is None or verification.ok
     if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed):
+        # every file this run will write is checked before the first one is written
+        _check_fix_outputs(opts, src, out, report_path, header_path if engine.io_changes else None)
         model = engine.model
         meta = {p.key: p.value for p in model.metadata_props}
         meta.update({
@@ -517,7 +524,7 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         del model.metadata_props[:]
         for k, v in meta.items():
             model.metadata_props.add(key=k, value=v)
-        save_model(model, out, protect=(src,))
+        save_model(model, out, protect=_fix_inputs(opts, src), force=opts.force)
         written = True
     result = FixResult(
         input=src, output=out if written else None, report_path=None, header_path=None, before=before,
@@ -531,12 +538,14 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         from .report import fix_dict, fix_header
         import json
 
+        protect = _fix_inputs(opts, src)
         if written and engine.io_changes:
-            atomic_write_text(header_path, fix_header(result, header_path))
+            atomic_write_text(header_path, fix_header(result, header_path), force=opts.force, protect=protect)
             result.header_path = header_path
         if written or not result.changed:
             result.report_path = report_path
-            atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n")
+            atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n", force=opts.force,
+                              protect=protect)
     return result
 
 

@@ -87,6 +87,11 @@ def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profi
 TARGET_HELP = "Target profile: built-in name (stm32n6) or a YAML file with limits and the operator table."
 OPTION_HELP = "A stedgeai option that changes placement: --expand-softmax, --GELU-recognition, --SWISH-recognition."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
+#: File extension of a report written with -o FOLDER/, by --format value.
+_EXT = {"table": "txt", "json": "json", "markdown": "md"}
+OUTPUT_HELP = ("Write the report to this file instead of stdout (a folder, i.e. an existing one or a path ending "
+               "with '/': a default name inside it).")
+FORCE_HELP = "Overwrite an existing output file that nafix did not write (never an input)."
 STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai, else PATH)."
 
 
@@ -95,7 +100,8 @@ def audit_cmd(
     paths: List[Path] = typer.Argument(..., help="Model files or folders (searched recursively)."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
     stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
@@ -108,6 +114,7 @@ def audit_cmd(
     from .report import audit_dict, audit_markdown, audit_renderables
 
     try:
+        target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force, protected=paths)
         opts = AuditOptions(analysis=_analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile))
         show_progress = err.is_terminal and fmt == Format.table or err.is_terminal and output is not None
         result = _run_with_progress(lambda cb: audit(paths, opts, progress=cb), show_progress)
@@ -117,17 +124,16 @@ def audit_cmd(
     if len(result.models) == 1 and result.errors:
         _error(result.errors[0].error)
         raise typer.Exit(2)
+    protected = list(paths) + [m.path for m in result.models]
     if fmt == Format.json:
         text = json.dumps(audit_dict(result, profile=profile_name), indent=2) + "\n"
-        _emit(text, output)
+        _emit(text, target, force=force, protected=protected)
     elif fmt == Format.markdown:
-        _emit(audit_markdown(result, profile=profile_name), output)
+        _emit(audit_markdown(result, profile=profile_name), target, force=force, protected=protected)
     else:
-        if output is not None:
-            rec = Console(record=True, width=160, file=io.StringIO())
-            for r in audit_renderables(result, profile=profile_name, verbose=verbose):
-                rec.print(r)
-            _emit(rec.export_text(), output)
+        if target is not None:
+            _emit(_as_text(audit_renderables(result, profile=profile_name, verbose=verbose)), target, force=force,
+                  protected=protected)
         else:
             for r in audit_renderables(result, profile=profile_name, verbose=verbose):
                 out.print(r)
@@ -374,16 +380,22 @@ def _fix_text(k) -> str:
 def rules_cmd(
     rule_id: Optional[str] = typer.Argument(None, help="Explain one rule (id or name)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the rules reference (docs/RULES.md) as Markdown."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file (a folder: RULES.md inside)."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
 ):
     """List the rewrite rules, explain one, or write the rules reference."""
     from .rules import load_rules, rule_markdown
 
     try:
+        if output is not None and not markdown:
+            from .errors import UsageError
+
+            raise UsageError("-o/--output writes the rules reference: it needs --markdown.")
+        target = _output_target(output, "RULES.md", force=force, protected=rules or ())
         loaded = load_rules(tuple(rules or ()))
         if markdown:
-            _emit(rule_markdown(loaded), output)
+            _emit(rule_markdown(loaded), target, force=force, protected=rules or ())
             return
         if rule_id:
             match = [r for r in loaded if r.id == rule_id.upper() or r.name == rule_id]
@@ -409,13 +421,38 @@ def rules_cmd(
     out.print(t)
 
 
-def _emit(text: str, output: Optional[Path]) -> None:
+def _output_target(output: Optional[str], default_name: str, *, force: bool, protected=()) -> Optional[Path]:
+    """Where -o writes (a folder gets ``default_name``), checked before any work is done."""
+    if output is None:
+        return None
+    from .outputs import REPORT, check_output, resolve_output
+
+    target = resolve_output(output, default_name)
+    check_output(target, kind=REPORT, force=force, protected=protected, what="report")
+    return target
+
+
+def _as_text(renderables) -> str:
+    """Rich renderables as plain text for a file, marked as nafix's (so a rerun may replace it)."""
+    from .outputs import text_mark
+
+    rec = Console(record=True, width=160, file=io.StringIO())
+    for r in renderables:
+        rec.print(r)
+    return text_mark() + "\n" + rec.export_text()
+
+
+def _emit(text: str, output: Optional[Path], *, force: bool = False, protected=()) -> None:
+    """``text`` on stdout, or written to ``output`` through :mod:`fixer.outputs`."""
     if output is None:
         sys.stdout.write(text)
         return
-    from .model_io import atomic_write_text
+    from .outputs import REPORT, write_output
 
-    atomic_write_text(output, text)
+    try:
+        write_output(output, text, kind=REPORT, force=force, protected=protected, what="report")
+    except NafixError as exc:
+        _fail(exc)
     err.print(Text(f"wrote {output}"), highlight=False)
 
 
@@ -457,28 +494,67 @@ def _run_with_progress(fn, show: bool):
         return fn(cb)
 
 
+def _click_exceptions():
+    """click's exception classes (typer vendors click in recent releases)."""
+    try:
+        from typer._click import exceptions as ce  # typer >= 0.2x vendors click
+    except ImportError:  # pragma: no cover - older typer depends on click
+        from click import exceptions as ce
+    return ce
+
+
+def _usage_line(exc) -> str:
+    """click's usage error as one sentence plus where the help is (not its multi-line usage block)."""
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None and getattr(ctx, "command_path", None) else "nafix"
+    message = " ".join(exc.format_message().split())
+    return f"{message.rstrip('.')}; see '{where} --help'."
+
+
 def main(argv: Optional[list[str]] = None) -> None:
-    """Console entry point: ``nafix model.onnx`` is ``nafix fix model.onnx``."""
+    """Console entry point: ``nafix model.onnx`` is ``nafix fix model.onnx``.
+
+    Every way out is one of: 0/1 (the command's result), 2 with one ``error:`` line (bad input or
+    usage, including click's usage errors), 130 on Ctrl-C, 143 on SIGTERM, 3 for a nafix bug.
+    """
+    from .outputs import install_sigterm_cleanup
+
     args = list(sys.argv[1:] if argv is None else argv)
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
     first = next((a for a in args if not a.startswith("-")), None)
     if first is not None and first not in commands and "fix" in commands:
         idx = args.index(first)
         args.insert(idx, "fix")
+    install_sigterm_cleanup()
+    ce = _click_exceptions()
+    no_args = getattr(ce, "NoArgsIsHelpError", None)
     try:
-        app(args=args, prog_name="nafix", standalone_mode=True)
+        code = app(args=args, prog_name="nafix", standalone_mode=False)
     except NafixError as exc:  # pragma: no cover - commands catch their own
         _error(exc.message)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:  # pragma: no cover
-        err.print("interrupted")
+    except (KeyboardInterrupt, typer.Abort):
+        err.print("interrupted", highlight=False)
         sys.exit(130)
+    except ce.ClickException as exc:
+        if no_args is not None and isinstance(exc, no_args):
+            text = exc.ctx.get_help()  # typer's rich help prints itself and returns ''
+            if text:
+                err.print(text, markup=False, highlight=False)
+            sys.exit(2)
+        if isinstance(exc, ce.UsageError):
+            _error(_usage_line(exc))
+            sys.exit(2)
+        _error(" ".join(exc.format_message().split()))
+        sys.exit(getattr(exc, "exit_code", 2) or 2)
+    except SystemExit:
+        raise
     except Exception:
         if _state["debug"]:
             raise
-        err.print_exception() if _state["debug"] else err.print(
-            "[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
+        err.print("[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
         sys.exit(3)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,6 +31,11 @@ class UsageError(NafixError):
     """The options given on the command line or to the API do not fit together."""
 
 
+class OutputError(UsageError):
+    """An output file cannot or must not be written (it is an input, somebody else's file,
+    read-only, or its folder is not writable)."""
+
+
 class RuleError(NafixError):
     """A rule file under rules/ (or --rules DIR) is invalid."""
 

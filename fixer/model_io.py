@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -392,44 +391,58 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return clone
 
 
-def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = ()) -> Path:
-    """Write ``model`` to ``path`` atomically; never over a path in ``protect`` (the inputs).
+def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = (),
+               force: bool = False) -> Path:
+    """Write ``model`` to ``path`` through :mod:`fixer.outputs` (atomic, never over a path in
+    ``protect`` (the inputs), over a file nafix did not write only with ``force``).
 
-    Models over the protobuf limit are written with their weights in ``<name>.data`` beside them.
+    Models over the protobuf limit are written with their weights in ``<name>.data`` beside them
+    (that file follows the same rules).
     """
+    from .outputs import MODEL, atomic_path, check_output
+
     out = Path(path)
-    for p in protect:
-        if out.exists() and p.exists() and out.resolve() == p.resolve():
-            raise UsageError(f"{out}: refusing to write over the input model; choose another output with -o.")
     model = prepare_for_runtime(model)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        if model.ByteSize() > PROTOBUF_LIMIT:
-            data_name = out.name + ".data"
-            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=data_name, size_threshold=1024)
-        else:
+    if model.ByteSize() <= PROTOBUF_LIMIT:
+        with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
             with open(tmp, "wb") as fh:
                 fh.write(model.SerializeToString())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        return out
+    data_name = out.name + ".data"
+    data_path = out.with_name(data_name)
+    if data_path.exists() and not force:
+        from .outputs import written_by_nafix
+
+        if written_by_nafix(out) != MODEL:  # the .data beside a nafix model is nafix's too
+            check_output(data_path, kind=MODEL, force=force, protected=protect, what="external data")
+    check_output(data_path, kind=MODEL, force=True, protected=protect, what="external data")
+    with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
+        with atomic_path(data_path, kind=MODEL, force=True, protected=protect, what="external data") as data_tmp:
+            # onnx writes the weights to the location beside the model file: write them under the
+            # temporary name, then the rename of both makes the pair appear together
+            onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=data_tmp.name, size_threshold=1024)
+            _relocate_external_data(tmp, data_name)
     return out
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+def _relocate_external_data(model_file: Path, location: str) -> None:
+    """Point every external tensor of the saved ``model_file`` at ``location`` (its final name)."""
+    m = onnx.load(str(model_file), load_external_data=False)
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    for t in _get_all_tensors(m):
+        if uses_external_data(t):
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = location
+    with open(model_file, "wb") as fh:
+        fh.write(m.SerializeToString())
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, force: bool = False,
+                      protect: tuple[Path, ...] = ()) -> Path:
+    """Write the report ``text`` to ``path`` through :func:`fixer.outputs.write_output`."""
+    from .outputs import REPORT, write_output
+
+    return write_output(path, text, kind=REPORT, force=force, protected=protect)

@@ -61,7 +61,9 @@ def _sw_summary(a: ModelAnalysis) -> str:
 
 
 def audit_markdown(result: AuditResult, *, profile: str) -> str:
-    lines = [f"# nafix audit (profile {profile})", "", f"_{ESTIMATE_NOTE}_", "",
+    from .outputs import text_mark
+
+    lines = [f"# nafix audit (profile {profile})", "", text_mark(), "", f"_{ESTIMATE_NOTE}_", "",
              "| model | est. epochs | est. SW epochs | est. HW ratio | SW ops | peak activations | fits on-chip |",
              "|---|---|---|---|---|---|---|"]
     for m in result.models:
