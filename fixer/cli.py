@@ -97,7 +97,7 @@ STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilit
 
 @app.command("audit")
 def audit_cmd(
-    paths: List[Path] = typer.Argument(..., help="Model files or folders (searched recursively)."),
+    paths: List[str] = typer.Argument(..., help="Model files or folders (searched recursively)."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
@@ -110,6 +110,7 @@ def audit_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
 ):
     """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
+    paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
     from .api import AuditOptions, audit
     from .report import audit_dict, audit_markdown, audit_renderables
 
@@ -152,14 +153,14 @@ class OutFormat(str, Enum):
 
 @app.command("fix")
 def fix_cmd(
-    model: Path = typer.Argument(..., help="The ONNX model to fix (never modified)."),
+    model: str = typer.Argument(..., help="The ONNX model to fix (never modified)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Output model path (default: MODEL.nafix.onnx beside the input)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these rules (ids or names; repeatable). Opt-in rules run only when selected."),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Do not run these rules (repeatable)."),
-    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
+    rules: Optional[List[str]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
     input_type: str = typer.Option("int8", "--input-type", help="Type of a graph input made integer by NAF005: int8 or uint8 (camera frames)."),
-    inputs: Optional[Path] = typer.Option(None, "--inputs", help="An .npz of inputs (arrays keyed by input name) for the equivalence gate."),
+    inputs: Optional[str] = typer.Option(None, "--inputs", help="An .npz of inputs (arrays keyed by input name) for the equivalence gate."),
     keep_failed: bool = typer.Option(False, "--keep-failed", help="Write the model even when verification fails."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file that nafix did not write."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when SW epochs remain (sw)."),
@@ -173,7 +174,7 @@ def fix_cmd(
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json for stedgeai (--st-neural-art) and the memory estimate."),
     compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds to wait for each stedgeai run."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
     quantize: bool = typer.Option(False, "--quantize", help="Re-quantize with onnxruntime for the NPU: float models, uint8 activations, float islands."),
     calib: Optional[str] = typer.Option(None, "--calib", help="Calibration data: a folder of .npz (one sample each), one .npz with a sample axis, or a folder of images."),
     calib_size: Optional[str] = typer.Option(None, "--calib-size", help="Images: resize to HxW (default: the model input's)."),
@@ -186,6 +187,7 @@ def fix_cmd(
     calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
+    model = Path(model)
     from .api import CompileOptions, FixOptions, fix
     from .report import fix_dict, fix_renderables
 
@@ -256,7 +258,8 @@ def _calib_options(path, size, layout, scale, mean, std, order, samples, method,
 
 
 def _stream_line(label: str, line: str) -> None:
-    err.print(f"[dim]stedgeai ({label}):[/] {line}", highlight=False, markup=True)
+    """One line of stedgeai's output, printed as plain text (it may hold '[...]', never Rich markup)."""
+    err.print(Text.assemble((f"stedgeai ({label}):", "dim"), " ", line), highlight=False)
 
 
 def _mention_stedgeai(explicit: Optional[str]) -> None:
@@ -266,32 +269,36 @@ def _mention_stedgeai(explicit: Optional[str]) -> None:
     try:
         tool = find_stedgeai(explicit)
     except NafixError as exc:
-        err.print(f"note: {exc.message}", highlight=False)
+        err.print(f"note: {exc.message}", highlight=False, markup=False)
         return
     if tool is None:
         err.print("note: stedgeai not found (--stedgeai, STEDGEAI_CORE_DIR or PATH): figures above are nafix "
                   "estimates only.", style="dim", highlight=False)
     else:
-        err.print(f"note: stedgeai found at {tool}; add --compile to measure real epochs before and after.",
+        err.print(f"note: stedgeai found at {tool}; add --compile to measure real epochs before and after.", markup=False,
                   style="dim", highlight=False)
 
 
 @app.command("compile")
 def compile_cmd(
-    model: Path = typer.Argument(..., help="The ONNX model to compile."),
+    model: str = typer.Argument(..., help="The ONNX model to compile."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds to wait for stedgeai."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ):
     """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
+    model = Path(model)
     from .api import AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools
     from .model_io import parse_input_shapes
     from .report import compile_renderables
 
     try:
+        target = _output_target(output, f"{model.stem}.compile.{_EXT[fmt.value]}", force=force, protected=[model])
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=timeout,
                                workdir=str(workdir) if workdir else None)
         tool, version = locate_stedgeai(copts, required=True)
@@ -306,9 +313,12 @@ def compile_cmd(
     except NafixError as exc:
         _fail(exc)
     if fmt == OutFormat.json:
-        sys.stdout.write(json.dumps({"stedgeai": {"tool": str(tool), "version": version, "model": str(model),
-                                                  **compiled.summary()},
-                                     "estimate": analysis.estimate.as_dict(), "estimated": True}, indent=2) + "\n")
+        _emit(json.dumps({"nafix_version": __version__,
+                          "stedgeai": {"tool": str(tool), "version": version, "model": str(model), **compiled.summary()},
+                          "estimate": analysis.estimate.as_dict(), "estimated": True}, indent=2) + "\n",
+              target, force=force, protected=[model])
+    elif target is not None:
+        _emit(_as_text(compile_renderables(compiled, version, analysis)), target, force=force, protected=[model])
     else:
         for r in compile_renderables(compiled, version, analysis):
             out.print(r)
@@ -318,20 +328,21 @@ def compile_cmd(
 
 @app.command("explain")
 def explain_cmd(
-    path: Path = typer.Argument(..., help="A stedgeai/atonn log or report file ('-' reads standard input)."),
+    path: str = typer.Argument(..., help="A stedgeai/atonn log or report file ('-' reads standard input)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ):
     """Explain the known compiler errors and warnings in a stedgeai log or report, with the fix."""
-    from .errors import InputError
+    path = Path(path)
     from .stedgeai import explain, parse_report
 
+    stdin = str(path) == "-"
     try:
-        if str(path) == "-":
-            text = sys.stdin.read()
-        elif not path.is_file():
-            raise InputError(f"{path}: no such file.")
-        else:
-            text = path.read_text(encoding="utf-8", errors="replace")
+        protected = [] if stdin else [path]
+        name = "stdin" if stdin else path.name
+        target = _output_target(output, f"{name}.explain.{_EXT[fmt.value]}", force=force, protected=protected)
+        text = sys.stdin.read() if stdin else _read_text_input(path, "stedgeai log or report")
     except NafixError as exc:
         _fail(exc)
     found = explain(text)
@@ -340,28 +351,57 @@ def explain_cmd(
     except NafixError:
         report = None
     if fmt == OutFormat.json:
-        data = {"known_errors": [{"code": k.code, "cause": k.cause, "fix": _fix_text(k), "evidence": k.evidence_line,
+        data = {"nafix_version": __version__,
+                "known_errors": [{"code": k.code, "cause": k.cause, "fix": _fix_text(k), "evidence": k.evidence_line,
                                   "details": dict(k.details), "tag": k.tag} for k in found]}
         if report is not None:
             data["report"] = {"version": report.version, "epochs": report.epochs, "sw_epochs": report.sw_epochs,
                               "hybrid_epochs": report.hybrid_epochs, "hw_ratio": round(report.hw_ratio, 4),
                               "sw_ops": list(report.sw_ops)}
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        _emit(json.dumps(data, indent=2, default=str) + "\n", target, force=force, protected=protected)
         return
+    lines: list[Text] = []
     if report is not None:
-        out.print(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
-                  f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, HW ratio {report.hw_ratio:.1%} (measured)", highlight=False)
+        lines.append(Text(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
+                          f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, "
+                          f"HW ratio {report.hw_ratio:.1%} (measured)"))
         if report.sw_ops:
             from collections import Counter
 
-            out.print("SW epochs: " + ", ".join(f"{op} x{n}" for op, n in Counter(report.sw_ops).most_common()),
-                      highlight=False)
+            lines.append(Text("SW epochs: " + ", ".join(f"{op} x{n}" for op, n in Counter(report.sw_ops).most_common())))
     if not found:
-        out.print("no known error or warning recognised.")
+        lines.append(Text("no known error or warning recognised."))
     for k in found:
-        out.print(f"[bold]{k.code}[/]: {k.cause} [{k.tag}]", highlight=False)
-        out.print(f"  evidence: {k.evidence_line.strip()}", highlight=False, markup=False)
-        out.print(f"  fix: {_fix_text(k)}", highlight=False, markup=False)
+        lines.append(Text.assemble((k.code, "bold"), f": {k.cause} [{k.tag}]"))
+        lines.append(Text(f"  evidence: {k.evidence_line.strip()}"))
+        lines.append(Text(f"  fix: {_fix_text(k)}"))
+    if target is not None:
+        _emit(_as_text(lines), target, force=force, protected=protected)
+        return
+    for line in lines:
+        out.print(line, highlight=False)
+
+
+def _read_text_input(path: Path, what: str) -> str:
+    """Read a text input file, or raise one InputError sentence (missing, a folder, a FIFO, unreadable)."""
+    import stat as _stat
+
+    from .errors import InputError
+
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file.") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+    if _stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path}: is a folder; give the {what} file itself.")
+    if not _stat.S_ISREG(st.st_mode):
+        raise InputError(f"{path}: is not a regular file (a FIFO, socket or device); give the {what} file itself.")
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
 
 
 def _fix_text(k) -> str:
@@ -382,7 +422,7 @@ def rules_cmd(
     markdown: bool = typer.Option(False, "--markdown", help="Print the rules reference (docs/RULES.md) as Markdown."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file (a folder: RULES.md inside)."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
-    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
+    rules: Optional[List[str]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
 ):
     """List the rewrite rules, explain one, or write the rules reference."""
     from .rules import load_rules, rule_markdown

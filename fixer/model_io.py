@@ -158,18 +158,32 @@ def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
             )
         if not target.is_file():
             raise InputError(f"{path}: external data file '{loc}' for tensor '{tensor.name}' is missing.")
-        offset = int(info.get("offset", 0) or 0)
-        length = info.get("length")
-        size = target.stat().st_size
-        if length is not None and offset + int(length) > size:
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = int(info["length"]) if info.get("length") not in (None, "") else None
+        except ValueError:
+            raise InputError(f"{path}: tensor '{tensor.name}' has a non-numeric external data offset or length "
+                             f"({info.get('offset')!r}, {info.get('length')!r}).") from None
+        if offset < 0 or (length is not None and length < 0):
+            raise InputError(f"{path}: tensor '{tensor.name}' has a negative external data offset or length.")
+        st = target.stat()
+        size = st.st_size
+        if offset > size or (length is not None and offset + length > size):
             raise InputError(
                 f"{path}: external data file '{loc}' is too short for tensor '{tensor.name}' "
-                f"(needs {offset + int(length)} bytes, has {size})."
+                f"(needs {offset + (length or 0)} bytes, has {size})."
+            )
+        if st.st_nlink > 1:
+            raise InputError(
+                f"{path}: external data file '{loc}' has {st.st_nlink} hard links; onnx refuses to read such a file "
+                "(a hard link could expose any file on the system): give the model its own copy "
+                f"(e.g. cp '{loc}' copy && mv copy '{loc}')."
             )
     try:
         onnx.load_external_data_for_model(model, str(base))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: external data could not be loaded ({exc}).") from None
+    except Exception as exc:  # noqa: BLE001 - onnx raises OSError, ValueError and checker errors here
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:300]
+        raise InputError(f"{path}: external data could not be loaded ({first}).") from None
 
 
 def _check_opsets(model: onnx.ModelProto, path: Path, max_opset: int | None) -> int:

@@ -299,6 +299,27 @@ def _qparams(model, node):
     return conv(np.asarray(s, dtype=np.float64)), conv(np.asarray(z).astype(np.int64)), np.asarray(z).dtype.name
 
 
+def _type_text(tp) -> str:
+    """A value type as text: numpy dtype name of a tensor, seq(...)/map(...)/optional(...) otherwise."""
+    import onnx
+
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        try:
+            return onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type).name
+        except (KeyError, ValueError, TypeError):
+            return onnx.TensorProto.DataType.Name(tp.tensor_type.elem_type).lower() if tp.tensor_type.elem_type in \
+                onnx.TensorProto.DataType.values() else "unknown"
+    if kind == "sequence_type":
+        return f"seq({_type_text(tp.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_text(tp.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = onnx.TensorProto.DataType.Name(tp.map_type.key_type).lower()
+        return f"map({key}, {_type_text(tp.map_type.value_type)})"
+    return kind or "unknown"
+
+
 def edge_io(model) -> dict[str, list[dict[str, Any]]]:
     """Graph inputs and outputs with dtype, and scale/zero_point wherever the edge is quantized:
     an int8/uint8 edge (the values are (q - zero_point) * scale), or a float edge that a
@@ -315,7 +336,7 @@ def edge_io(model) -> dict[str, list[dict[str, Any]]]:
             producers[o] = n
 
     def dtype_of(vi):
-        return onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
+        return _type_text(vi.type)
 
     def shape_of(vi):
         return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
