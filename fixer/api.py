@@ -464,6 +464,8 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
 
     if opts.input_type not in ("int8", "uint8"):
         raise UsageError(f"--input-type must be int8 or uint8, not '{opts.input_type}'.")
+    if opts.compile is not None:
+        check_compile_options(opts.compile)  # before any work: a bad --compile option fails at once
     profile = resolve_profile(opts.analysis)
     pools = resolve_pools(opts.analysis)
     src = Path(path)
@@ -532,21 +534,32 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
     )
     if opts.compile is not None:
-        result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
+        try:
+            result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
+        except NafixError:
+            if not opts.dry_run:  # the model is written: its report and header go with it
+                _write_fix_reports(result, opts, header_path, report_path)
+            raise
     if not opts.dry_run:
-        from .model_io import atomic_write_text
-        from .report import fix_dict, fix_header
-        import json
-
-        protect = _fix_inputs(opts, src)
-        if written and engine.io_changes:
-            atomic_write_text(header_path, fix_header(result, header_path), force=opts.force, protect=protect)
-            result.header_path = header_path
-        if written or not result.changed:
-            result.report_path = report_path
-            atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n", force=opts.force,
-                              protect=protect)
+        _write_fix_reports(result, opts, header_path, report_path)
     return result
+
+
+def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, report_path: Path) -> None:
+    """The C header (when interface edges became integer) and the JSON report beside the model."""
+    import json
+
+    from .model_io import atomic_write_text
+    from .report import fix_dict, fix_header
+
+    protect = _fix_inputs(opts, result.input)
+    if result.written and result.engine.io_changes:
+        atomic_write_text(header_path, fix_header(result, header_path), force=opts.force, protect=protect)
+        result.header_path = header_path
+    if result.written or not result.changed:
+        result.report_path = report_path
+        atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n", force=opts.force,
+                          protect=protect)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -623,6 +636,20 @@ def _compile_before_after(result: FixResult, copts: CompileOptions,
 
     from .model_io import save_model
 
+    import time
+    from dataclasses import replace
+
+    deadline = time.monotonic() + copts.timeout_s  # every stedgeai run of this command shares the budget
+
+    def remaining() -> CompileOptions:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            from .errors import ToolError
+
+            raise ToolError(f"stedgeai did not finish within --compile-timeout {copts.timeout_s:g} s "
+                            "(all its runs together).")
+        return replace(copts, timeout_s=max(round(left, 1), 0.1))
+
     tool, version = locate_stedgeai(copts, required=True)
 
     def lines(label):
@@ -635,16 +662,17 @@ def _compile_before_after(result: FixResult, copts: CompileOptions,
         result.warnings.append(note)
         if on_line:
             on_line("before", "nafix warning: " + note)
-    before = compile_model(result.input, "before", copts, tool, analysis=result.before, on_line=lines("before"))
+    before = compile_model(result.input, "before", remaining(), tool, analysis=result.before, on_line=lines("before"))
     after = None
     ok_to_compile = result.changed and (result.verified or result.written)
     if ok_to_compile:
         if result.written and result.output is not None:
-            after = compile_model(result.output, "after", copts, tool, analysis=result.after, on_line=lines("after"))
+            after = compile_model(result.output, "after", remaining(), tool, analysis=result.after,
+                                  on_line=lines("after"))
         else:
             with tempfile.TemporaryDirectory(prefix="nafix-fixed-") as tmp:
                 fixed = save_model(result.engine.model, Path(tmp) / (result.input.stem + ".nafix.onnx"))
-                after = compile_model(fixed, "after", copts, tool, analysis=result.after, on_line=lines("after"))
+                after = compile_model(fixed, "after", remaining(), tool, analysis=result.after, on_line=lines("after"))
     return CompileComparison(tool, version, before, after)
 
 
@@ -653,14 +681,32 @@ def locate_stedgeai(opts: CompileOptions, *, required: bool):
     from .errors import ToolError
     from .stedgeai import find_stedgeai, stedgeai_version
 
+    tool = check_compile_options(opts) if required else find_stedgeai(opts.stedgeai)
+    if tool is None:
+        return None, None
+    return tool, stedgeai_version(tool, timeout=min(60.0, opts.timeout_s))
+
+
+def check_compile_options(opts: CompileOptions) -> Path:
+    """The stedgeai executable for ``opts``, or one error sentence for options that cannot work (a
+    missing or non-executable stedgeai, a timeout that is not a positive number): called before any
+    work so that a bad --compile option never comes after minutes of fixing."""
+    import math
+
+    from .errors import ToolError
+    from .stedgeai import find_stedgeai
+
+    if not isinstance(opts.timeout_s, (int, float)) or math.isnan(opts.timeout_s) or opts.timeout_s <= 0:
+        raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a positive "
+                         f"number of seconds, not {opts.timeout_s!r}.")
     tool = find_stedgeai(opts.stedgeai)
     if tool is None:
-        if required:
-            raise ToolError(
-                "stedgeai was not found: pass --stedgeai PATH, set STEDGEAI_CORE_DIR to the ST Edge AI Core "
-                "installation (its Utilities/<os>/stedgeai is used), or put stedgeai on PATH.")
-        return None, None
-    return tool, stedgeai_version(tool)
+        raise ToolError(
+            "stedgeai was not found: pass --stedgeai PATH, set STEDGEAI_CORE_DIR to the ST Edge AI Core "
+            "installation (its Utilities/<os>/stedgeai is used), or put stedgeai on PATH.")
+    if not os.access(tool, os.X_OK) or not Path(tool).is_file():
+        raise ToolError(f"'{tool}' is not an executable file; pass --stedgeai PATH to the stedgeai executable.")
+    return Path(tool)
 
 
 def estimate_vs_real(analysis: ModelAnalysis | None, result) -> list[dict]:

@@ -138,9 +138,10 @@ def audit_cmd(
         else:
             for r in audit_renderables(result, profile=profile_name, verbose=verbose):
                 out.print(r)
-    for m in result.errors:
-        _error(m.error)
-    if result.errors:
+    if result.errors:  # one line whatever the count: each model has its error row in the report
+        first = result.errors[0].error
+        _error(first if len(result.errors) == 1 else
+               f"{len(result.errors)} of {len(result.models)} models could not be analysed (see their rows); the first: {first}")
         raise typer.Exit(2)
     if fail_on == FailOn.sw and result.any_sw:
         raise typer.Exit(1)
@@ -168,7 +169,7 @@ def fix_cmd(
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
     stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs used by the equivalence gate."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed (0 or more) of the random inputs used by the equivalence gate."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every remaining SW node."),
     compile_: bool = typer.Option(False, "--compile", help="Also compile the original and the fixed model with stedgeai and compare real epochs."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),

@@ -96,14 +96,7 @@ def load_model(
     Raises :class:`InputError` with a one-sentence message for every way the file can be unusable.
     """
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file.")
-    if p.is_dir():
-        raise InputError(f"{p}: is a folder, not an ONNX file.")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+    data = read_model_bytes(p)
     if not data:
         raise InputError(f"{p}: the file is empty, not an ONNX model.")
     model = onnx.ModelProto()
@@ -121,6 +114,10 @@ def load_model(
 
     dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
     warnings: list[str] = []
+    renamed = make_node_names_unique(model)
+    if renamed:
+        warnings.append(f"{renamed} node(s) shared their name with another node (onnxruntime refuses that); "
+                        "renamed NAME_1, NAME_2, ...")
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
@@ -132,6 +129,62 @@ def load_model(
     if not any(d.pinned_to is None for d in dyn):
         _fill_shapes_by_running(model, warnings)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings)
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    """Every node of ``graph`` and of its subgraphs (If/Loop/Scan bodies), depth first."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _all_nodes(g)
+
+
+def make_node_names_unique(model: onnx.ModelProto) -> int:
+    """Rename nodes whose (non-empty) name another node already has, subgraphs included; return how
+    many were renamed. Names do not change what a model computes, but onnxruntime rejects duplicates."""
+    nodes = list(_all_nodes(model.graph))
+    taken = {n.name for n in nodes if n.name}
+    seen: set[str] = set()
+    renamed = 0
+    for node in nodes:
+        if not node.name:
+            continue
+        if node.name in seen:
+            k = 1
+            while f"{node.name}_{k}" in taken:
+                k += 1
+            node.name = f"{node.name}_{k}"
+            taken.add(node.name)
+            renamed += 1
+        seen.add(node.name)
+    return renamed
+
+
+def read_model_bytes(p: Path) -> bytes:
+    """The bytes of the model file ``p``; the file type is checked before opening (a FIFO or a device
+    would block or never end), and every failure is one InputError sentence."""
+    import stat
+
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file.") from None
+    except OSError as exc:
+        raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{p}: is a folder, not an ONNX file.")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{p}: is not a regular file (a FIFO, socket or device); give an ONNX model file.")
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+    except MemoryError:
+        raise InputError(f"{p}: the file ({st.st_size} bytes) does not fit in memory.") from None
 
 
 def _load_external_data(model: onnx.ModelProto, path: Path) -> None:

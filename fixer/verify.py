@@ -300,8 +300,9 @@ def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
 def quantize_like_ort(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     """QuantizeLinear as onnxruntime computes it: round half to even, saturate."""
     info = np.iinfo(np.dtype(dtype))
-    q = np.rint(x.astype(np.float32) / np.float32(scale)) + zp
-    return np.clip(q, info.min, info.max).astype(dtype)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # a NaN/zero scale fails the gate, quietly
+        q = np.rint(x.astype(np.float32) / np.float32(scale)) + zp
+        return np.clip(q, info.min, info.max).astype(dtype)
 
 
 def dequantize(q: np.ndarray, scale, zp) -> np.ndarray:
