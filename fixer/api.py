@@ -8,13 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
-from .graph import GraphView
 from .model_io import LoadedModel, load_model
-from .npu.estimate import EpochEstimate, estimate_epochs
-from .npu.memory import MemoryEstimate, estimate_memory
-from .npu.placement import SW, Placement, Reason, is_oe_export, place
+from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
+from .quantize import (
+    CalibrationOptions, accuracy_report, convert_uint8_to_int8, open_calibration, quantize_float_model,
+    requantize_islands,
+)
+from .report import fix_dict, fix_header
+from .results import (  # noqa: F401  (re-exported: fixer.api is where callers found them)
+    AuditResult, CompileComparison, CompiledModel, FixResult, ModelAnalysis, ModelAudit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,62 +44,6 @@ class AuditOptions:
     recursive: bool = True
 
 
-@dataclass
-class ModelAnalysis:
-    """Everything nafix knows about one model without rewriting it."""
-
-    path: Path
-    loaded: LoadedModel
-    view: GraphView
-    placement: Placement
-    estimate: EpochEstimate
-    memory: MemoryEstimate
-    findings: list[Reason]
-    profile: TargetProfile
-
-    def sw_nodes(self) -> list[dict]:
-        out = []
-        for n in self.placement.nodes:
-            if n.unit != SW:
-                continue
-            out.append({
-                "name": n.name,
-                "op_type": n.op_type,
-                "kernel": n.kernel,
-                "role": n.role or None,
-                "reasons": [r.text() for r in n.reasons],
-                "constraints": [r.constraint for r in n.reasons],
-                "tags": sorted({r.tag for r in n.reasons}),
-            })
-        return out
-
-    def notes(self) -> list[dict]:
-        return [
-            {"name": n.name, "op_type": n.op_type, "note": r.text(), "constraint": r.constraint, "severity": r.severity}
-            for n in self.placement.nodes for r in n.notes
-        ]
-
-
-@dataclass
-class ModelAudit:
-    path: Path
-    analysis: ModelAnalysis | None = None
-    error: str | None = None
-
-
-@dataclass
-class AuditResult:
-    models: list[ModelAudit]
-
-    @property
-    def errors(self) -> list[ModelAudit]:
-        return [m for m in self.models if m.error]
-
-    @property
-    def any_sw(self) -> bool:
-        return any(m.analysis is not None and m.analysis.estimate.sw_epochs > 0 for m in self.models)
-
-
 def resolve_profile(opts: AnalysisOptions) -> TargetProfile:
     return load_profile(opts.target_profile, options=frozenset(opts.stedgeai_options))
 
@@ -110,53 +60,6 @@ def resolve_pools(opts: AnalysisOptions):
         prof = mp.load_neural_art_profile(opts.neural_art_profile)
         return prof.pools.pools if prof.pools is not None else None
     return None
-
-
-def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: Path | None = None) -> ModelAnalysis:
-    """Place, estimate epochs and memory for an already loaded model."""
-    loaded = model_or_loaded if isinstance(model_or_loaded, LoadedModel) else LoadedModel(
-        path=path or Path("<memory>"), model=model_or_loaded, opset=_opset(model_or_loaded))
-    view = GraphView(loaded.model)
-    placement = place(view, profile)
-    estimate = estimate_epochs(view, placement, profile)
-    from .npu.placement import QuantDomain
-
-    memory = estimate_memory(view, placement, QuantDomain(view, profile, strict=not placement.oe_export), pools)
-    findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
-    return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)
-
-
-def _opset(model) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
-
-
-def _model_findings(loaded: LoadedModel, profile: TargetProfile, memory: MemoryEstimate) -> list[Reason]:
-    out: list[Reason] = []
-    lim = profile.limits.get("max_opset")
-    if lim is not None and loaded.opset > lim.value:
-        out.append(Reason("max_opset", f"stedgeai reads models up to opset {lim.value}.",
-                          f"the model uses opset {loaded.opset}", lim.tag, "compile_error"))
-    for d in loaded.unresolved_dims:
-        out.append(Reason("static_shape", "stedgeai needs static shapes; pin dynamic inputs with --input-shape NAME=1,3,224,224.",
-                          d.describe(), "3P", "compile_error"))
-    if not memory.fits_on_chip:
-        out.append(Reason(
-            "activations_on_chip",
-            "Activations should fit the on-chip RAM pools; what spills to external RAM runs 5-20x slower "
-            "(FastDepth went from 24.5 ms to 478 ms) and some firmware crashes.",
-            f"estimated peak activations {memory.peak_activation_bytes / 1024:.0f} KiB against "
-            f"{memory.onchip_bytes / 1024:.0f} KiB on-chip; {memory.external_bytes / 1024:.0f} KiB would spill",
-            "OBS", "note"))
-    if memory.unallocated_bytes:
-        out.append(Reason(
-            "memory_pools",
-            "Activations and weights must fit the memory pools, or stedgeai aborts with 'Oauto did not find "
-            "valid compile options' and 'total bytes left unallocated=N'.",
-            f"an estimated {memory.unallocated_bytes:,} bytes fit no pool", "OBS", "compile_error"))
-    return out
 
 
 def analyze_path(path: str | os.PathLike[str], opts: AnalysisOptions, *, profile: TargetProfile | None = None,
@@ -241,37 +144,7 @@ class FixOptions:
     max_rounds: int = 8
     compile: "CompileOptions | None" = None  # measure before/after with the real stedgeai
     quantize: bool = False  # re-quantize with onnxruntime (float in, NPU-ready int8 out)
-    calib: "CalibrationOptions | None" = None  # where calibration data comes from (None: random)
-
-
-@dataclass
-class FixResult:
-    input: Path
-    output: Path | None
-    report_path: Path | None
-    header_path: Path | None
-    before: ModelAnalysis
-    after: ModelAnalysis | None
-    engine: "EngineResult"
-    verification: "Verification | None"
-    written: bool
-    rules_run: list[str]
-    warnings: list[str] = field(default_factory=list)
-    compiled: "CompileComparison | None" = None
-    quantization: dict | None = None  # what --quantize did and the accuracy it cost
-    pre_engine: "EngineResult | None" = None  # rewrites applied before quantization (float models)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.engine.changes) or self.quantization is not None
-
-    @property
-    def verified(self) -> bool:
-        return self.verification is None or self.verification.ok
-
-    @property
-    def final(self) -> ModelAnalysis:
-        return self.after or self.before
+    calib: CalibrationOptions | None = None  # where calibration data comes from (None: random)
 
 
 def default_outputs(model_path: Path, output: str | None) -> tuple[Path, Path, Path]:
@@ -314,10 +187,6 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
     """--quantize: float model -> float rewrites (verified) -> onnxruntime quantization; uint8 model ->
     exact int8 conversion; QDQ model with float islands -> islands quantized keeping every existing
     scale and zero-point. Returns (quantized model, the float-stage engine result, report dict)."""
-    from .quantize import (
-        CalibrationOptions, accuracy_report, convert_uint8_to_int8, open_calibration, quantize_float_model,
-        requantize_islands,
-    )
     from .rules import load_rules, select_rules
 
     calib = opts.calib or CalibrationOptions(seed=opts.seed)
@@ -550,7 +419,6 @@ def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, r
     import json
 
     from .model_io import atomic_write_text
-    from .report import fix_dict, fix_header
 
     protect = _fix_inputs(opts, result.input)
     if result.written and result.engine.io_changes:
@@ -576,58 +444,6 @@ class CompileOptions:
     timeout_s: float = 900.0
     workdir: str | None = None  # keep workspaces here; default: a temporary folder, removed afterwards
     extra_args: tuple[str, ...] = ()
-
-
-@dataclass
-class CompiledModel:
-    label: str  # "before" | "after" | the model name
-    model: Path
-    result: "CompileResult"
-    disagreements: list[dict] = field(default_factory=list)
-
-    def summary(self) -> dict:
-        r = self.result
-        rep = r.report
-        out: dict = {"ok": r.ok, "returncode": r.returncode, "duration_s": round(r.duration_s, 2),
-                     "known_errors": [{"code": k.code, "cause": k.cause, "fix": k.fix, "evidence": k.evidence_line}
-                                      for k in r.known_errors],
-                     "problems": list(r.problems)}
-        if rep is not None:
-            out.update({"epochs": rep.epochs, "sw_epochs": rep.sw_epochs, "hybrid_epochs": rep.hybrid_epochs,
-                        "hw_ratio": round(rep.hw_ratio, 4), "sw_ops": list(rep.sw_ops),
-                        "memory": [{"pool": p.name, "used_bytes": p.used_bytes, "total_bytes": p.total_bytes,
-                                    "weights_bytes": p.weights_bytes, "activations_bytes": p.activations_bytes}
-                                   for p in rep.memory]})
-        out["estimate_vs_real"] = self.disagreements
-        return out
-
-
-@dataclass
-class CompileComparison:
-    tool: Path
-    version: str
-    before: CompiledModel
-    after: CompiledModel | None = None
-
-    @property
-    def improved(self) -> bool:
-        """True when the real HW-epoch ratio increased, or was already 100 %."""
-        b = self.before.result.report
-        a = self.after.result.report if self.after is not None else None
-        if b is not None and b.sw_epochs == 0 and not b.hybrid_epochs:
-            return True
-        if a is None:
-            return False
-        if b is None:
-            return a is not None
-        return a.hw_ratio > b.hw_ratio or (a.sw_epochs == 0 and not a.hybrid_epochs)
-
-    def as_dict(self) -> dict:
-        d = {"tool": str(self.tool), "version": self.version, "before": self.before.summary(),
-             "improved": self.improved}
-        if self.after is not None:
-            d["after"] = self.after.summary()
-        return d
 
 
 def _compile_before_after(result: FixResult, copts: CompileOptions,

@@ -7,7 +7,7 @@ from collections import Counter
 from typing import Any
 
 from . import __version__
-from .api import AuditResult, ModelAnalysis
+from .results import AuditResult, FixResult, ModelAnalysis
 
 ESTIMATE_NOTE = (
     "Epoch counts, HW ratios and memory figures are estimated by nafix's placement model "
@@ -362,9 +362,7 @@ def edge_io(model) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": ins, "outputs": outs}
 
 
-def fix_dict(result) -> dict[str, Any]:
-    from .api import FixResult  # noqa: F401  (type only)
-
+def fix_dict(result: FixResult) -> dict[str, Any]:
     before = result.before
     after = result.final
     v = result.verification
