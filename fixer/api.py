@@ -573,7 +573,8 @@ def compile_model(model: Path, label: str, opts: CompileOptions, tool: Path, *,
         cleanup = True
     try:
         res = run_generate(tool=tool, model=model, workdir=work, profile=opts.profile,
-                           extra_args=opts.extra_args, timeout_s=opts.timeout_s, on_line=on_line)
+                           extra_args=opts.extra_args, timeout_s=opts.timeout_s, on_line=on_line,
+                           temporary_workdir=cleanup)
     finally:
         if cleanup:
             shutil.rmtree(work, ignore_errors=True)

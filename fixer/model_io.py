@@ -513,3 +513,56 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, force: bool = 
     from .outputs import REPORT, write_output
 
     return write_output(path, text, kind=REPORT, force=force, protected=protect)
+
+
+#: The first bytes of an .npz (a zip archive) and of a single .npy array.
+_ZIP_MAGIC = b"PK\x03\x04"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
+    """The arrays of the .npz at ``p`` (for ``option``), never unpickling; one InputError sentence for
+    a missing or unreadable file, something else than an .npz, or arrays of Python objects."""
+    import stat as _stat
+    import zipfile
+
+    import numpy as np
+
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{p}: {option} file not found.") from None
+    except OSError as exc:
+        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    if not _stat.S_ISREG(st.st_mode):
+        raise InputError(f"{p}: {option} needs an .npz file; this is {'a folder' if _stat.S_ISDIR(st.st_mode) else 'not a regular file'}.")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    expected = "an .npz archive (numpy.savez) with one numeric array per graph input, keyed by input name"
+    if head.startswith(_NPY_MAGIC):
+        raise InputError(f"{p}: is a single .npy array, not an .npz archive; {option} needs {expected}.")
+    if not head.startswith(_ZIP_MAGIC):
+        raise InputError(f"{p}: is not an .npz archive (it does not start like a zip file); {option} needs {expected}.")
+    out: dict[str, np.ndarray] = {}
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            for key in z.files:
+                try:
+                    out[key] = z[key]
+                except ValueError as exc:
+                    if "pickle" in str(exc).lower() or "object" in str(exc).lower():
+                        raise InputError(f"{p}: array '{key}' holds Python objects (dtype=object), which nafix never "
+                                         f"loads; {option} needs {expected}.") from None
+                    raise
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:200]
+        raise InputError(f"{p}: not a readable .npz archive ({first}); {option} needs {expected}.") from None
+    for key, arr in out.items():
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"{p}: array '{key}' has dtype {arr.dtype}, not numbers; {option} needs {expected}.")
+    return out

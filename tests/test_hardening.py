@@ -553,8 +553,50 @@ def test_compile_stages_share_the_timeout_and_reports_are_written(tmp_path, caps
     t0 = time.monotonic()
     code, out, err = run(["fix", SOFTMAX, "-o", str(tmp_path / "o") + "/", "--compile", "--stedgeai", FAKE,
                           "--compile-timeout", "2"], capsys)
-    one_error(code, err, "did not finish")
+    line = one_error(code, err, "did not finish", "--workdir")
+    assert "/nafix-before-" not in line  # never a folder nafix has already removed
     assert time.monotonic() - t0 < 30
     # the model was written before stedgeai ran: its JSON report and header are beside it
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
         "classifier_softmax.nafix.h", "classifier_softmax.nafix.json", "classifier_softmax.nafix.onnx"]
+
+
+# ---------------------------------------------------------------------------------------------
+# --quantize: calibration data and dynamic dimensions
+# ---------------------------------------------------------------------------------------------
+
+
+def dynamic_hw_conv() -> onnx.ModelProto:
+    """A float Conv with dynamic height and width (a YOLO-style export)."""
+    rng = np.random.default_rng(0)
+    return model([h.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                  h.make_node("Relu", ["c"], ["y"], name="relu")],
+                 [tv("x", [1, 3, "h", "w"])], [tv("y", [1, 4, "h", "w"])],
+                 [nh.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")])
+
+
+def test_quantize_random_calibration_with_dynamic_hw_asks_for_input_shape(tmp_path, capsys):
+    src = save(dynamic_hw_conv(), tmp_path / "m.onnx")
+    code, out, err = run(["fix", src, "--quantize"], capsys)
+    one_error(code, err, "--input-shape x=1,3,N,N", "axis 2, 3")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    code, out, err = run(["fix", src, "--quantize", "--input-shape", "x=1,3,8,8", "--calib-samples", "4"], capsys)
+    contract(code, out, err, allowed=(0, 1))
+    assert (tmp_path / "m.nafix.onnx").is_file()
+
+
+@pytest.mark.parametrize("kind,needle", [("text", "not an .npz archive"), ("object", "Python objects"),
+                                         ("npy", "single .npy array")])
+def test_quantize_calib_files_are_checked_and_never_unpickled(tmp_path, capsys, kind, needle):
+    src = save(dynamic_hw_conv(), tmp_path / "m.onnx")
+    calib = tmp_path / "calib.npz"
+    if kind == "text":
+        calib.write_text("not numbers")
+    elif kind == "object":
+        np.savez(calib, x=np.array([object(), None], dtype=object))
+    else:
+        with open(calib, "wb") as fh:
+            np.save(fh, np.zeros((1, 3, 8, 8), np.float32))
+    code, out, err = run(["fix", src, "--quantize", "--input-shape", "x=1,3,8,8", "--calib", calib], capsys)
+    line = one_error(code, err, needle, "--calib")
+    assert "allow_pickle" not in line
