@@ -515,6 +515,8 @@ def check_compile_options(opts: CompileOptions) -> Path:
     if not isinstance(opts.timeout_s, (int, float)) or math.isnan(opts.timeout_s) or opts.timeout_s <= 0:
         raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a positive "
                          f"number of seconds, not {opts.timeout_s!r}.")
+    if opts.workdir and Path(opts.workdir).exists() and not Path(opts.workdir).is_dir():
+        raise UsageError(f"--workdir {opts.workdir}: exists and is not a folder.")
     tool = find_stedgeai(opts.stedgeai)
     if tool is None:
         raise ToolError(
@@ -566,7 +568,11 @@ def compile_model(model: Path, label: str, opts: CompileOptions, tool: Path, *,
 
     if opts.workdir:
         work = Path(opts.workdir) / label
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--workdir {opts.workdir}: the stedgeai workspace {work} cannot be created "
+                             f"({exc.strerror or exc}).") from None
         cleanup = False
     else:
         work = Path(tempfile.mkdtemp(prefix=f"nafix-{label}-"))

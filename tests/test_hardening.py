@@ -185,6 +185,14 @@ def test_odd_valid_models_never_crash(tmp_path, capsys, build):
     assert not list(tmp_path.rglob(".*.tmp"))
 
 
+def test_sequence_input_is_audited_and_fix_says_why_it_stops(tmp_path, capsys):
+    src = save(sequence_input_model(), tmp_path / "m.onnx")
+    code, out, err = run(["audit", src, "-f", "json"], capsys)
+    contract(code, out, err, allowed=(0,))
+    code, out, err = run(["fix", src], capsys)
+    one_error(code, err, "graph input 'seq' is a sequence", "audit works")
+
+
 def test_duplicate_names_are_fixed_and_verified(tmp_path, capsys):
     src = save(dup_names_model(), tmp_path / "m.onnx")
     code, out, err = run(["fix", src, "-f", "json"], capsys)
@@ -522,6 +530,7 @@ def fake_env(monkeypatch):
     (["--stedgeai", str(ROOT / "README.md")], "not executable"),
     (["--stedgeai", str(FAKE), "--compile-timeout", "-5"], "positive number of seconds"),
     (["--stedgeai", str(FAKE), "--compile-timeout", "0"], "positive number of seconds"),
+    (["--stedgeai", str(FAKE), "--workdir", str(SOFTMAX)], "not a folder"),
 ])
 def test_compile_option_problems_come_before_any_work(tmp_path, capsys, fake_env, extra, needle):
     code, out, err = run(["fix", SOFTMAX, "-o", str(tmp_path / "out") + "/", "--compile", *extra], capsys)
