@@ -10,7 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
-from .model_io import LoadedModel, load_model
+from .model_io import LoadedModel, invalid_model_error, load_model
 from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
 from .quantize import (
@@ -114,7 +114,9 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
             rows.append(ModelAudit(f, error=exc.message))
         except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
             log.debug("unexpected error on %s", f, exc_info=True)
-            rows.append(ModelAudit(f, error=f"{f}: nafix could not analyse this model ({type(exc).__name__}: {exc})."))
+            invalid = invalid_model_error(f, exc)
+            rows.append(ModelAudit(f, error=invalid.message if invalid else
+                                   f"{f}: nafix could not analyse this model ({type(exc).__name__}: {exc})."))
     if progress:
         progress(len(files), len(files), files[-1])
     return AuditResult(rows)

@@ -111,6 +111,8 @@ def load_model(
     opset = _check_opsets(model, p, max_opset)
     _check_acyclic(model.graph, p)
     _check_references(model.graph, p)
+    _check_text_attributes(model.graph, p)
+    _check_strings(model, p)
 
     dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
     warnings: list[str] = []
@@ -162,6 +164,21 @@ def make_node_names_unique(model: onnx.ModelProto) -> int:
             renamed += 1
         seen.add(node.name)
     return renamed
+
+
+def invalid_model_error(path: str | os.PathLike[str], exc: BaseException) -> InputError | None:
+    """For an unexpected failure ``exc`` while processing the model at ``path``: an InputError naming
+    what is wrong with the file when the onnx checker rejects it (a corrupt model, not a nafix bug),
+    else None (the failure is nafix's own)."""
+    p = Path(path)
+    try:
+        onnx.checker.check_model(str(p))
+    except Exception as chk:  # noqa: BLE001 - any checker complaint means the file is at fault
+        first = next((ln.strip() for ln in str(chk).splitlines() if ln.strip()), type(chk).__name__)[:200]
+        what = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")[:120]
+        return InputError(f"{p}: not a valid ONNX model (onnx checker: {first}); nafix stopped on it "
+                          f"({type(exc).__name__}{': ' + what if what else ''}).")
+    return None
 
 
 def read_model_bytes(p: Path) -> bytes:
@@ -281,6 +298,36 @@ def _check_acyclic(graph: onnx.GraphProto, path: Path) -> None:
         stuck = [graph.node[i] for i, d in enumerate(indeg) if d > 0]
         names = ", ".join(f"'{n.name or n.op_type}'" for n in stuck[:3])
         raise InputError(f"{path}: the graph has a cycle through {len(stuck)} node(s), e.g. {names}.")
+
+
+def _check_text_attributes(graph: onnx.GraphProto, path: Path) -> None:
+    """String attributes (modes, names) are text: bytes that are not UTF-8 mean a corrupt file."""
+    for node in _all_nodes(graph):
+        for attr in node.attribute:
+            values = [attr.s] if attr.type == onnx.AttributeProto.STRING else (
+                list(attr.strings) if attr.type == onnx.AttributeProto.STRINGS else [])
+            for v in values:
+                try:
+                    v.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InputError(f"{path}: node '{node.name or node.op_type}' attribute '{attr.name}' holds "
+                                     "bytes that are not UTF-8 text; the file is corrupt.") from None
+
+
+def _check_strings(msg, path: Path, where: str = "model") -> None:
+    """Every text field (names, op types, doc strings, metadata) of ``msg`` and its sub-messages must
+    be UTF-8: protobuf hands back raw bytes for a corrupt one, which later breaks graph export."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for fd, value in msg.ListFields():
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == FieldDescriptor.LABEL_REPEATED
+        items = value if repeated else [value]
+        if fd.type == FieldDescriptor.TYPE_STRING:
+            if any(isinstance(v, bytes) for v in items):
+                raise InputError(f"{path}: {where}.{fd.name} is not UTF-8 text; the file is corrupt.")
+        elif fd.type == FieldDescriptor.TYPE_MESSAGE:
+            for k, item in enumerate(items):
+                _check_strings(item, path, f"{where}.{fd.name}" + (f"[{k}]" if repeated else ""))
 
 
 def _check_references(graph: onnx.GraphProto, path: Path) -> None:

@@ -609,3 +609,42 @@ def test_quantize_calib_files_are_checked_and_never_unpickled(tmp_path, capsys, 
     code, out, err = run(["fix", src, "--quantize", "--input-shape", "x=1,3,8,8", "--calib", calib], capsys)
     line = one_error(code, err, needle, "--calib")
     assert "allow_pickle" not in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Corrupt files that parse: text fields that are not UTF-8, models the onnx checker rejects
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", [b"NODENAME", b"MODEATTR"])
+def test_non_utf8_text_is_one_line(tmp_path, capsys, field):
+    m = model([h.make_node("Sub", ["c", "x"], ["s"], name="NODENAME"),
+               h.make_node("Resize", ["s", "", "sc"], ["y"], name="rs", mode="MODEATTR")],
+              [tv("x", [1, 1, 2, 2])], [tv("y", [1, 1, 4, 4])],
+              [nh.from_array(np.ones((1, 1, 2, 2), np.float32), "c"),
+               nh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")])
+    m.ir_version = 8
+    src = tmp_path / "m.onnx"
+    src.write_bytes(m.SerializeToString().replace(field, b"\xff\xfe" + field[2:]))
+    for cmd in (["audit", src], ["fix", src]):
+        code, out, err = run(cmd, capsys)
+        one_error(code, err, "not UTF-8 text")
+
+
+def test_checker_rejected_model_that_breaks_nafix_is_bad_input(tmp_path, capsys, monkeypatch):
+    """An unexpected failure on a model the onnx checker rejects is the file's fault: exit 2, one line;
+    on a model the checker accepts it stays an internal error (exit 3)."""
+    import fixer.api as api
+
+    def boom(*a, **k):
+        raise TypeError("Cannot interpret '0' as a data type")
+
+    monkeypatch.setattr(api, "analyze_model", boom)
+    bad = model([h.make_node("Relu", ["x"], ["y"], name="r")], [tv("x", [1, 4])], [tv("y", [1, 4])])
+    bad.ir_version = 2  # IR < 3 with an opset import: the checker refuses it
+    src = tmp_path / "bad.onnx"
+    src.write_bytes(bad.SerializeToString())
+    code, out, err = run(["fix", src], capsys)
+    one_error(code, err, "not a valid ONNX model (onnx checker", "TypeError")
+    code, out, err = run(["fix", SOFTMAX, "--dry-run"], capsys)
+    assert code == 3 and "internal error" in err
