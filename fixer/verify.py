@@ -277,11 +277,17 @@ def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale
     if a64.shape != b64.shape:
         return OutputCheck("", False, float("inf"), 0.0, float("-inf"), 0.0, None,
                            f"shape {list(b64.shape)} differs from the original {list(a64.shape)}")
-    diff = np.abs(a64 - b64)
+    # the same infinity, or NaN in both, is no difference; the figures below use the finite values
+    same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(same, 0.0, np.abs(a64 - b64))
     max_abs = float(diff.max()) if diff.size else 0.0
+    finite = np.isfinite(a64) & np.isfinite(b64)
+    a64, b64 = np.where(finite, a64, 0.0), np.where(finite, b64, 0.0)
     na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
     cosine = float(np.dot(a64.ravel(), b64.ravel()) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
-    noise = float(np.sum(diff ** 2))
+    with np.errstate(invalid="ignore", over="ignore"):
+        noise = float(np.sum(diff ** 2))
     snr = float("inf") if noise == 0 else float(10 * np.log10(max(np.sum(a64 ** 2), 1e-30) / noise))
     exact = float(np.mean(diff == 0)) if diff.size else 1.0
     one_lsb = float(np.mean(diff <= lsb_scale * 1.0001)) if lsb_scale else None

@@ -185,6 +185,20 @@ def test_odd_valid_models_never_crash(tmp_path, capsys, build):
     assert not list(tmp_path.rglob(".*.tmp"))
 
 
+def test_infinite_constants_verify_as_equal(tmp_path, capsys):
+    sub = h.make_node("Sub", ["c", "x"], ["y"], name="sub")
+    src = save(model([sub], [tv("x", [1, 4])], [tv("y", [1, 4])],
+                     [nh.from_array(np.array([[np.inf, -np.inf, 1, 2]], np.float32), "c")]), tmp_path / "m.onnx")
+    code, out, err = run(["fix", src, "-f", "json"], capsys)
+    contract(code, out, err, allowed=(0,))
+    assert json.loads(out)["verification"]["ok"]
+
+
+def test_empty_output_path_is_one_line(capsys):
+    code, out, err = run(["audit", SOFTMAX, "-o", ""], capsys)
+    one_error(code, err, "output path is empty")
+
+
 def test_sequence_input_is_audited_and_fix_says_why_it_stops(tmp_path, capsys):
     src = save(sequence_input_model(), tmp_path / "m.onnx")
     code, out, err = run(["audit", src, "-f", "json"], capsys)
