@@ -105,6 +105,10 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
     if not files:
         raise InputError(f"no .onnx model found under {', '.join(str(p) for p in paths)}.")
     rows: list[ModelAudit] = []
+    # every path given gets a row: a folder without any model is an error row of its own
+    for p in paths:
+        if Path(p).is_dir() and not collect_models([p], recursive=opts.recursive):
+            rows.append(ModelAudit(Path(p), error=f"{p}: no .onnx model found in this folder."))
     for i, f in enumerate(files):
         if progress:
             progress(i, len(files), f)

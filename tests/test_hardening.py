@@ -435,6 +435,14 @@ def test_fifo_in_audit_does_not_hang(tmp_path, capsys):
     assert len(json.loads(out)["models"]) == 2
 
 
+def test_every_audit_path_gets_a_row(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, out, err = run(["audit", tmp_path / "empty", tmp_path / "missing.onnx", SOFTMAX, "-f", "json"], capsys)
+    one_error(code, err, "2 of 3 models")
+    rows = json.loads(out)["models"]
+    assert len(rows) == 3 and "no .onnx model found" in rows[0]["error"] and "no such file" in rows[1]["error"]
+
+
 def test_more_than_one_error_row_is_still_one_error_line(tmp_path, capsys):
     bad1, bad2 = tmp_path / "a.onnx", tmp_path / "b.onnx"
     bad1.write_bytes(b"garbage")
