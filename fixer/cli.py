@@ -366,7 +366,7 @@ def explain_cmd(
     found = explain(text)
     try:
         report = parse_report(text, source=str(path))
-    except NafixError:
+    except Exception:  # noqa: BLE001 - not a report nafix can read: explain the log lines only
         report = None
     if fmt == OutFormat.json:
         data = {"nafix_version": __version__,
