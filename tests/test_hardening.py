@@ -516,6 +516,8 @@ def test_yaml_errors_are_one_line_with_file_and_line(tmp_path, capsys):
     "name: x\nlimits: [1, 2]\noperators: {}\n",
     "name: x\nlimits: {}\noperators: {Conv: {tier: hw, tag: DOC, constraints: 5}}\n",
     "name: x\nlimits: {}\noperators: {}\nsw_int8_kernels: [Conv]\n",
+    "name: x\nlimits: {}\noperators: {Softmax: {tier: sw, tag: DOC, constraints: [no_such_check]}}\n",
+    "name: x\nlimits: {}\noperators: {Softmax: {tier: sw, tag: DOC, constraints: [{a: 1}]}}\n",
 ])
 def test_profile_with_wrong_types_is_one_line(tmp_path, capsys, text):
     prof = tmp_path / "p.yaml"

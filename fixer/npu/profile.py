@@ -101,6 +101,7 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         epoch = _choice(entry, "epoch", where, path, EPOCH_KINDS, "compute" if tier != "movement" else "none")
         tag = _choice(entry, "tag", where, path, TAGS)
         cons = tuple(entry.get("constraints", ()) or ())
+        _check_constraint_names(cons, where, path)
         extra = entry.get("extra_epochs", 0)
         if not isinstance(extra, int) or extra < 0:
             raise ProfileError(f"{path}: '{where}.extra_epochs' must be a non-negative integer.")
@@ -116,6 +117,20 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         sw_int8_tag=str(k.get("tag", "INF")),
         options=options,
     )
+
+
+def _check_constraint_names(cons: tuple, where: str, path: str) -> None:
+    """Every constraint an operator lists must be a registered one (a typo would fail mid-placement)."""
+    from . import constraints  # noqa: F401 - registers every constraint
+
+    known = constraints.REGISTRY
+    for c in cons:
+        if not isinstance(c, str) or c not in known:
+            import difflib
+
+            near = difflib.get_close_matches(str(c), list(known), n=1)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            raise ProfileError(f"{path}: '{where}.constraints' names {c!r}, which is not a known constraint{hint}")
 
 
 def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = frozenset()) -> TargetProfile:
