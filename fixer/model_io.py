@@ -319,6 +319,13 @@ def _check_strings(msg, path: Path, where: str = "model") -> None:
     be UTF-8: protobuf hands back raw bytes for a corrupt one, which later breaks graph export."""
     from google.protobuf.descriptor import FieldDescriptor
 
+    if isinstance(msg, onnx.TensorProto):  # never materialize the weights: only its text fields
+        for name in ("name", "doc_string"):
+            if isinstance(getattr(msg, name), bytes):
+                raise InputError(f"{path}: {where}.{name} is not UTF-8 text; the file is corrupt.")
+        for k, e in enumerate(msg.external_data):
+            _check_strings(e, path, f"{where}.external_data[{k}]")
+        return
     for fd, value in msg.ListFields():
         repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == FieldDescriptor.LABEL_REPEATED
         items = value if repeated else [value]
