@@ -607,6 +607,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(getattr(exc, "exit_code", 2) or 2)
     except SystemExit:
         raise
+    except MemoryError:
+        if _state["debug"]:
+            raise
+        _error("nafix ran out of memory (a very large model or input, or a size option far too big); "
+               "check the sizes given, or run on a machine with more memory.")
+        sys.exit(2)
     except Exception:
         if _state["debug"]:
             raise

@@ -672,3 +672,30 @@ def test_checker_rejected_model_that_breaks_nafix_is_bad_input(tmp_path, capsys,
     one_error(code, err, "not a valid ONNX model (onnx checker", "TypeError")
     code, out, err = run(["fix", SOFTMAX, "--dry-run"], capsys)
     assert code == 3 and "internal error" in err
+
+
+@pytest.mark.parametrize("opts,needle", [
+    (["--calib-mean", "nan"], "finite numbers"), (["--calib-std", "inf"], "finite numbers"),
+    (["--calib-size", "100000x100000"], "fixed at 64x64"),
+])
+def test_calibration_options_that_cannot_work_are_one_line(tmp_path, capsys, opts, needle):
+    from PIL import Image
+
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(imgs / "a.png")
+    code, out, err = run(["fix", ROOT / "sample_models" / "classifier_softmax_float.onnx", "--quantize",
+                          "--calib", imgs, *opts, "-o", str(tmp_path / "o") + "/"], capsys)
+    one_error(code, err, needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_out_of_memory_is_one_line(capsys, monkeypatch):
+    import fixer.api as api
+
+    def oom(*a, **k):
+        raise MemoryError()
+
+    monkeypatch.setattr(api, "load_model", oom)
+    code, out, err = run(["fix", SOFTMAX, "--dry-run"], capsys)
+    one_error(code, err, "ran out of memory")
