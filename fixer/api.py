@@ -509,6 +509,18 @@ def locate_stedgeai(opts: CompileOptions, *, required: bool):
     return tool, stedgeai_version(tool, timeout=min(60.0, opts.timeout_s))
 
 
+def spend_timeout(opts: CompileOptions, seconds: float) -> CompileOptions:
+    """``opts`` with ``seconds`` of its stedgeai time budget used (every run of a command shares it)."""
+    from dataclasses import replace
+
+    from .errors import ToolError
+
+    left = opts.timeout_s - seconds
+    if left <= 0:
+        raise ToolError(f"stedgeai did not finish within the timeout of {opts.timeout_s:g} s (all its runs together).")
+    return replace(opts, timeout_s=max(round(left, 1), 0.1))
+
+
 def check_compile_options(opts: CompileOptions) -> Path:
     """The stedgeai executable for ``opts``, or one error sentence for options that cannot work (a
     missing or non-executable stedgeai, a timeout that is not a positive number): called before any

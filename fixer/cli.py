@@ -174,7 +174,7 @@ def fix_cmd(
     compile_: bool = typer.Option(False, "--compile", help="Also compile the original and the fixed model with stedgeai and compare real epochs."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json for stedgeai (--st-neural-art) and the memory estimate."),
-    compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds to wait for each stedgeai run."),
+    compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds all stedgeai runs of this command may take together (--version, before, after)."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
     quantize: bool = typer.Option(False, "--quantize", help="Re-quantize with onnxruntime for the NPU: float models, uint8 activations, float islands."),
     calib: Optional[str] = typer.Option(None, "--calib", help="Calibration data: a folder of .npz (one sample each), one .npz with a sample axis, or a folder of images."),
@@ -300,7 +300,7 @@ def compile_cmd(
     model: str = typer.Argument(..., help="The ONNX model to compile."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds to wait for stedgeai."),
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds stedgeai may take (--version and generate together)."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
@@ -309,7 +309,8 @@ def compile_cmd(
 ):
     """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
     model = Path(model)
-    from .api import AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools
+    from .api import (AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools,
+                      spend_timeout)
     from .model_io import parse_input_shapes
     from .report import compile_renderables
 
@@ -317,7 +318,11 @@ def compile_cmd(
         target = _output_target(output, f"{model.stem}.compile.{_EXT[fmt.value]}", force=force, protected=[model])
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=timeout,
                                workdir=str(workdir) if workdir else None)
+        import time
+
+        started = time.monotonic()
         tool, version = locate_stedgeai(copts, required=True)
+        copts = spend_timeout(copts, time.monotonic() - started)  # --version and generate share --timeout
         aopts = AnalysisOptions(input_shapes=parse_input_shapes(input_shape), neural_art_profile=profile)
         analysis = analyze_path(model, aopts, pools=resolve_pools(aopts))
         if not analysis.memory.fits_on_chip:
