@@ -540,8 +540,10 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect:
     with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
         with atomic_path(data_path, kind=MODEL, force=True, protected=protect, what="external data") as data_tmp:
             # onnx writes the weights to the location beside the model file: write them under the
-            # temporary name, then the rename of both makes the pair appear together
-            onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+            # temporary name (onnx creates that file itself), then the renames make the pair appear
+            data_tmp.unlink()
+            # onnx moves the weights of the proto it saves out to the file: save a copy, not the caller's
+            onnx.save_model(_copy(model), str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
                             location=data_tmp.name, size_threshold=1024)
             _relocate_external_data(tmp, data_name)
     return out
