@@ -101,6 +101,17 @@ def if_model() -> onnx.ModelProto:
                  [c, nh.from_array(np.eye(4, dtype=np.float32), "W"), nh.from_array(np.array(-100, np.float32), "zero")])
 
 
+def if_inner_only_model() -> onnx.ModelProto:
+    """The tensor NAF006 rewrites is read only inside the then-branch (an implicit input of the If)."""
+    sub, c = sub_first()
+    then_g = h.make_graph([h.make_node("Relu", ["s"], ["then_out"], name="then_relu")], "then", [], [tv("then_out", [1, 4])])
+    else_g = h.make_graph([h.make_node("Sigmoid", ["x"], ["else_out"], name="else_sig")], "else", [], [tv("else_out", [1, 4])])
+    nodes = [sub, h.make_node("ReduceSum", ["x"], ["r"], name="rs", keepdims=0),
+             h.make_node("Greater", ["r", "zero"], ["cond"], name="gt"),
+             h.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+    return model(nodes, [tv("x", [1, 4])], [tv("y", [1, 4])], [c, nh.from_array(np.array(-100, np.float32), "zero")])
+
+
 def loop_model() -> onnx.ModelProto:
     sub, c = sub_first()
     body = h.make_graph([h.make_node("Add", ["v_in", "s"], ["v_out"], name="body_add"),
@@ -122,7 +133,8 @@ def scan_model() -> onnx.ModelProto:
                  [c, nh.from_array(np.zeros(4, np.float32), "init"), nh.from_array(np.float32(2.0), "k")])
 
 
-@pytest.mark.parametrize("build,op", [(if_model, "If"), (loop_model, "Loop"), (scan_model, "Scan")])
+@pytest.mark.parametrize("build,op", [(if_model, "If"), (if_inner_only_model, "If"), (loop_model, "Loop"),
+                                      (scan_model, "Scan")])
 def test_subgraph_models_audit_and_fix(tmp_path, capsys, build, op):
     src = save(build(), tmp_path / "m.onnx")
     code, out, err = run(["audit", src, "-f", "json"], capsys)
