@@ -196,3 +196,27 @@ def test_large_model_with_external_data_goes_through_the_same_rules(tmp_path, mo
     with pytest.raises(OutputError, match="other.onnx.data"):
         mio.save_model(m, foreign)
     assert (tmp_path / "other.onnx.data").read_bytes() == b"user data" and not foreign.exists()
+
+
+def test_sigterm_while_nafix_fix_writes_leaves_nothing(tmp_path):
+    """The whole CLI: SIGTERM arrives while the model is being written (os.replace made slow)."""
+    src = Path(__file__).resolve().parents[1] / "sample_models" / "classifier_softmax.onnx"
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        real = os.replace
+        def slow(a, b):
+            print("writing", flush=True)
+            time.sleep(30)
+            real(a, b)
+        os.replace = slow
+        from fixer.cli import main
+        main(["fix", {str(src)!r}, "-o", {str(tmp_path / 'out') + '/'!r}])
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = proc.stdout.readline()
+    assert line.strip() == b"writing", proc.stderr.read()
+    assert len(_leftovers(tmp_path)) == 1
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert proc.returncode == 143
+    assert _leftovers(tmp_path) == [] and not list((tmp_path / "out").iterdir())
