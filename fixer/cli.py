@@ -589,6 +589,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         idx = args.index(first)
         args.insert(idx, "fix")
     install_sigterm_cleanup()
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 terminal or pipe must not turn a file name into a crash
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except Exception:  # noqa: BLE001 - not a TextIOWrapper (tests, embedding): leave it
+            pass
     ce = _click_exceptions()
     no_args = getattr(ce, "NoArgsIsHelpError", None)
     try:

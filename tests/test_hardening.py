@@ -711,3 +711,15 @@ def test_out_of_memory_is_one_line(capsys, monkeypatch):
     monkeypatch.setattr(api, "load_model", oom)
     code, out, err = run(["fix", SOFTMAX, "--dry-run"], capsys)
     one_error(code, err, "ran out of memory")
+
+
+def test_non_ascii_names_on_an_ascii_terminal(tmp_path):
+    import subprocess
+
+    src = tmp_path / "m\u00f8del [bold].onnx"
+    src.write_bytes(SOFTMAX.read_bytes())
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"}
+    done = subprocess.run([sys.executable, "-c", "from fixer.cli import main; main()", "audit", str(src)],
+                          capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert b"m\\xf8del [bold]" in done.stdout and b"Traceback" not in done.stderr
