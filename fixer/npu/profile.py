@@ -141,6 +141,8 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
     spec = spec or "stm32n6"
     p = Path(spec)
     if p.suffix in (".yaml", ".yml") or p.exists():
+        if p.is_dir():
+            raise ProfileError(f"{p}: is a folder, not a target profile YAML file.")
         if not p.is_file():
             raise ProfileError(f"{p}: target profile file not found.")
         where = str(p)
