@@ -211,12 +211,18 @@ def test_empty_output_path_is_one_line(capsys):
     one_error(code, err, "output path is empty")
 
 
-def test_sequence_input_is_audited_and_fix_says_why_it_stops(tmp_path, capsys):
+def test_sequence_input_is_audited_and_fixed(tmp_path, capsys):
     src = save(sequence_input_model(), tmp_path / "m.onnx")
     code, out, err = run(["audit", src, "-f", "json"], capsys)
     contract(code, out, err, allowed=(0,))
-    code, out, err = run(["fix", src], capsys)
-    one_error(code, err, "graph input 'seq' is a sequence", "audit works")
+    code, out, err = run(["fix", src, "-f", "json"], capsys)
+    contract(code, out, err, allowed=(0,))
+    rep = json.loads(out)
+    assert [c["rule"] for c in rep["changes"]] == ["NAF006"] and rep["verification"]["ok"]
+    assert rep["io"]["inputs"][0]["dtype"] == "seq(float32)"
+    np.savez(tmp_path / "in.npz", seq=np.zeros((1, 4), np.float32))
+    code, out, err = run(["fix", src, "--inputs", tmp_path / "in.npz"], capsys)
+    one_error(code, err, "input 'seq' is seq(tensor(float))", "leave --inputs out")
 
 
 def test_duplicate_names_are_fixed_and_verified(tmp_path, capsys):
