@@ -731,3 +731,43 @@ def test_non_ascii_names_on_an_ascii_terminal(tmp_path):
                           capture_output=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert b"m\\xf8del [bold]" in done.stdout and b"Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("case", ["mpool", "profile", "target-profile", "inputs", "calib", "explain", "calibrate",
+                                  "rules", "audit"])
+def test_a_fifo_given_anywhere_never_blocks(tmp_path, capsys, case):
+    import signal
+
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    args = {
+        "mpool": ["audit", SOFTMAX, "--mpool", fifo],
+        "profile": ["audit", SOFTMAX, "--profile", f"p@{fifo}"],
+        "target-profile": ["audit", SOFTMAX, "--target-profile", fifo],
+        "inputs": ["fix", save(model([sub_first()[0]], [tv("x", [1, 4])], [tv("s", [1, 4])], [sub_first()[1]]),
+                               tmp_path / "m.onnx"), "--inputs", fifo],
+        "calib": ["fix", SOFTMAX, "--quantize", "--calib", fifo],
+        "explain": ["explain", fifo],
+        "calibrate": ["calibrate", tmp_path],
+        "rules": ["rules", "--rules", tmp_path],
+        "audit": ["audit", tmp_path, SOFTMAX],
+    }[case]
+    if case == "calibrate":
+        (tmp_path / "pair").mkdir()
+        os.mkfifo(tmp_path / "pair" / "network_generate_report.txt")
+    if case == "rules":
+        os.mkfifo(tmp_path / "NAF900-x.yaml")
+    if case == "audit":
+        os.mkfifo(tmp_path / "x.onnx")
+
+    def hang(*_):
+        raise TimeoutError("nafix blocked on a FIFO")
+
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(30)
+    try:
+        code, out, err = run(args, capsys)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    contract(code, out, err)
