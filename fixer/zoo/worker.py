@@ -1,0 +1,65 @@
+"""The per-model function every executor runs (in-process, a worker process, or a Dask worker)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from ..errors import NafixError
+
+log = logging.getLogger(__name__)
+
+#: profile and memory pools resolved once per worker process and options
+_resolved: dict[str, tuple[Any, Any]] = {}
+
+
+def _profile_and_pools(opts):
+    from ..api import resolve_pools, resolve_profile
+
+    key = repr(opts)
+    if key not in _resolved:
+        _resolved.clear()
+        _resolved[key] = (resolve_profile(opts), resolve_pools(opts))
+    return _resolved[key]
+
+
+def error_row(path: str, message: str, sha256: str | None = None) -> dict[str, Any]:
+    return {"path": path, "sha256": sha256, "error": message, "estimate": None, "sw_nodes": [], "memory": None}
+
+
+def audit_one(path: str, opts, sha256: str | None = None) -> dict[str, Any]:
+    """Audit one model file and return its report row; every failure becomes an error row."""
+    from ..api import analyze_path
+    from ..report import analysis_dict
+
+    try:
+        profile, pools = _profile_and_pools(opts)
+        analysis = analyze_path(Path(path), opts, profile=profile, pools=pools)
+        row: dict[str, Any] = {"path": path, "sha256": sha256, "error": None}
+        row.update(analysis_dict(analysis))
+        return row
+    except NafixError as exc:
+        return error_row(path, exc.message, sha256)
+    except MemoryError:
+        return error_row(path, f"{path}: nafix ran out of memory analysing this model.", sha256)
+    except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
+        log.debug("unexpected error on %s", path, exc_info=True)
+        return error_row(path, f"{path}: nafix could not analyse this model ({type(exc).__name__}: {exc}).", sha256)
+
+
+def worker_main(conn, opts) -> None:
+    """Loop of a worker process: receive (index, path, sha256), send (index, row); None stops it."""
+    while True:
+        try:
+            task = conn.recv()
+        except (EOFError, OSError):
+            return
+        if task is None:
+            return
+        index, path, sha = task
+        row = audit_one(path, opts, sha)
+        try:
+            conn.send((index, row))
+        except (BrokenPipeError, OSError):
+            return
