@@ -1,0 +1,248 @@
+"""``nafix audit`` at zoo scale: worker processes, timeouts, the result cache, shards and merge,
+baselines, the zoo summary and the CI report formats (SARIF, GitHub annotations, HTML)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from fixer.cli import main
+from fixer.zoo import cache as zcache
+from fixer.zoo.runner import Shard, ZooOptions, audit_rows, build_report
+from fixer.api import AnalysisOptions
+from tests.helpers import QDQ, save
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_models"
+SOFTMAX = SAMPLES / "classifier_softmax.onnx"
+
+
+def run(args, capsys) -> tuple[int, str, str]:
+    capsys.readouterr()
+    code = 0
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def softmax_chain(n: int):
+    """int8 Conv followed by ``n`` Softmax nodes (each estimated SW): n = 0 has no SW node."""
+    b = QDQ()
+    y = b.op("Conv", [b.input("x", [1, 2, 4, 4]), b.weight("w", [4, 2, 1, 1])], name="conv")
+    for i in range(n):
+        y = b.op("Softmax", [y], name=f"softmax{i}", axis=1)
+    b.output(y)
+    return b.model()
+
+
+@pytest.fixture
+def zoo(tmp_path) -> Path:
+    """Five models in two folders plus one corrupt file."""
+    folder = tmp_path / "zoo"
+    (folder / "sub").mkdir(parents=True)
+    for p in sorted(SAMPLES.glob("*.onnx"))[:3]:
+        shutil.copy(p, folder / p.name)
+    save(softmax_chain(0), folder / "sub" / "clean.onnx")
+    save(softmax_chain(2), folder / "sub" / "two_softmax.onnx")
+    (folder / "sub" / "broken.onnx").write_bytes(b"not a protobuf")
+    return folder
+
+
+def strip_volatile(report: dict) -> dict:
+    return {k: v for k, v in report.items() if k not in ("shard",)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Workers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_jobs_1_and_2_give_the_same_report_sorted_by_path(zoo, capsys):
+    code1, out1, err1 = run(["audit", zoo, "-f", "json", "--jobs", "1", "--no-cache"], capsys)
+    code2, out2, err2 = run(["audit", zoo, "-f", "json", "--jobs", "2", "--no-cache"], capsys)
+    assert code1 == code2 == 2  # the broken model
+    assert out1 == out2
+    rows = json.loads(out1)["models"]
+    assert [r["path"] for r in rows] == sorted(r["path"] for r in rows) and len(rows) == 6
+    broken = next(r for r in rows if r["path"].endswith("broken.onnx"))
+    assert "broken.onnx" in broken["error"] and broken["estimate"] is None
+    two = next(r for r in rows if r["path"].endswith("two_softmax.onnx"))
+    assert [n["name"] for n in two["sw_nodes"]] == ["softmax0", "softmax1"]
+    assert all(r["sha256"] and len(r["sha256"]) == 64 for r in rows)
+    assert err1.count("error:") == 1 and "broken.onnx" in err1
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO to make a model that hangs")
+def test_hanging_model_becomes_a_timeout_row(tmp_path, capsys):
+    fifo = tmp_path / "hangs.onnx"
+    os.mkfifo(fifo)  # reading it blocks forever: the worker hangs on this model
+    code, out, err = run(["audit", fifo, SOFTMAX, "-f", "json", "--timeout", "2", "--jobs", "2"], capsys)
+    assert code == 2
+    rows = {Path(r["path"]).name: r for r in json.loads(out)["models"]}
+    assert "longer than the per-model timeout of 2 s" in rows["hangs.onnx"]["error"]
+    assert rows["classifier_softmax.onnx"]["estimate"]["sw_epochs"] == 3
+    (line,) = err.splitlines()
+    assert line.startswith("error:") and "hangs.onnx" in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Cache
+# ---------------------------------------------------------------------------------------------
+
+
+def test_cache_serves_the_second_run_and_ignores_corrupt_or_foreign_entries(zoo, tmp_path):
+    opts = ZooOptions(jobs=2, cache_dir=tmp_path / "cache")
+    rows1, st1 = audit_rows([zoo], AnalysisOptions(), opts)
+    assert st1 == {"models": 6, "cached": 0, "analysed": 6}
+    rows2, st2 = audit_rows([zoo], AnalysisOptions(), opts)
+    assert st2 == {"models": 6, "cached": 5, "analysed": 1}  # error rows are never cached
+    assert rows1 == rows2
+    entries = sorted((tmp_path / "cache").rglob("*.json"))
+    assert len(entries) == 5
+    entries[0].write_text("{not json")
+    other = json.loads(entries[2].read_text())
+    entries[1].write_text(json.dumps(other))  # a valid entry filed under another key: foreign
+    e3 = json.loads(entries[3].read_text())
+    e3["schema"] = "something-else/9"
+    entries[3].write_text(json.dumps(e3))
+    e4 = json.loads(entries[4].read_text())
+    e4["row"]["estimate"] = "tampered"
+    entries[4].write_text(json.dumps(e4))
+    rows3, st3 = audit_rows([zoo], AnalysisOptions(), opts)
+    assert st3["cached"] == 1 and st3["analysed"] == 5
+    assert rows3 == rows1
+
+
+def test_cache_key_follows_content_options_and_external_data(tmp_path):
+    m = tmp_path / "m.onnx"
+    shutil.copy(SOFTMAX, m)
+    cache_dir = tmp_path / "cache"
+    zo = ZooOptions(jobs=1, cache_dir=cache_dir)
+    (r1,), _ = audit_rows([m], AnalysisOptions(), zo)
+    (r2,), st = audit_rows([m], AnalysisOptions(stedgeai_options=frozenset({"--expand-softmax"})), zo)
+    assert st["cached"] == 0 and r2["estimate"]["sw_epochs"] < r1["estimate"]["sw_epochs"]
+    save(softmax_chain(1), m)
+    (r3,), st = audit_rows([m], AnalysisOptions(), zo)
+    assert st["cached"] == 0 and [n["name"] for n in r3["sw_nodes"]] == ["softmax0"]
+    # external data: the key covers the data file too
+    import onnx
+
+    ext = tmp_path / "ext" / "e.onnx"
+    ext.parent.mkdir()
+    onnx.save_model(softmax_chain(1), str(ext), save_as_external_data=True, all_tensors_to_one_file=True,
+                    location="e.data", size_threshold=0)
+    sha1 = zcache.content_sha256(ext)
+    data = ext.parent / "e.data"
+    raw = bytearray(data.read_bytes())
+    raw[0] ^= 1
+    data.write_bytes(bytes(raw))
+    assert zcache.content_sha256(ext) != sha1 is not None
+
+
+def test_default_cache_dir_is_the_platform_user_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("NAFIX_CACHE_DIR", str(tmp_path / "explicit"))
+    assert zcache.default_cache_dir() == tmp_path / "explicit"
+    monkeypatch.delenv("NAFIX_CACHE_DIR")
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert zcache.default_cache_dir() == tmp_path / "xdg" / "nafix"
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert zcache.default_cache_dir() == Path.home() / ".cache" / "nafix"
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert zcache.default_cache_dir() == Path.home() / "Library" / "Caches" / "nafix"
+    monkeypatch.setattr(sys, "platform", "win32")
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "local"))
+    assert zcache.default_cache_dir() == tmp_path / "local" / "nafix" / "Cache"
+
+
+def test_cli_cache_dir_option_and_no_cache(zoo, tmp_path, capsys):
+    cache_dir = tmp_path / "mycache"
+    code, _, _ = run(["audit", zoo / "sub" / "clean.onnx", "--no-cache", "--cache-dir", cache_dir, "-f", "json"], capsys)
+    assert code == 0 and not cache_dir.exists()
+    code, _, _ = run(["audit", zoo / "sub" / "clean.onnx", "--cache-dir", cache_dir, "-f", "json"], capsys)
+    assert code == 0 and len(list(cache_dir.rglob("*.json"))) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Shards and merge
+# ---------------------------------------------------------------------------------------------
+
+
+def test_shards_merged_equal_the_unsharded_report(zoo, tmp_path, capsys):
+    code, full, _ = run(["audit", zoo, "-f", "json", "--jobs", "2"], capsys)
+    assert code == 2
+    parts, seen = [], []
+    for k in (1, 2, 3):
+        dest = tmp_path / f"shard{k}.json"
+        run(["audit", zoo, "-f", "json", "--shard", f"{k}/3", "-o", dest], capsys)
+        rep = json.loads(dest.read_text())
+        assert rep["shard"] == {"index": k, "count": 3}
+        seen += [r["path"] for r in rep["models"]]
+        parts.append(dest)
+    assert sorted(seen) == sorted(r["path"] for r in json.loads(full)["models"])  # a partition
+    merged = tmp_path / "all.json"
+    code, out, err = run(["audit", "merge", *parts, "-o", merged], capsys)
+    assert code == 2  # the merged zoo holds the broken model
+    assert json.loads(merged.read_text()) == strip_volatile(json.loads(full))
+    # a missing shard is a warning, overlapping reports an error
+    code, out, err = run(["audit", "merge", parts[0], parts[1]], capsys)
+    assert "warning: shard(s) 3/3 missing" in err
+    code, out, err = run(["audit", "merge", parts[0], parts[0]], capsys)
+    assert code == 2 and err.startswith("error:") and "overlap" in err and len(err.splitlines()) == 1
+    code, out, err = run(["audit", "merge", parts[0], "--format", "markdown"], capsys)
+    assert out.startswith("# nafix audit")
+
+
+def test_shard_split_is_deterministic_and_covers_every_path():
+    paths = [f"models/m{i}.onnx" for i in range(200)]
+    takes = [[p for p in paths if Shard(k, 4).takes(p)] for k in range(1, 5)]
+    assert sorted(sum(takes, [])) == sorted(paths) and all(len(t) > 20 for t in takes)
+    assert takes[0] == [p for p in paths if Shard(1, 4).takes(p)]
+
+
+@pytest.mark.parametrize("bad", ["0/3", "4/3", "x", "1/0", "1-3"])
+def test_bad_shard_is_a_usage_error(bad, capsys):
+    code, out, err = run(["audit", SOFTMAX, "--shard", bad], capsys)
+    assert code == 2 and err.startswith("error: --shard") and len(err.splitlines()) == 1
+
+
+def test_merge_rejects_a_file_that_is_not_a_report(tmp_path, capsys):
+    p = tmp_path / "x.json"
+    p.write_text('{"a": 1}')
+    code, out, err = run(["audit", "merge", p], capsys)
+    assert code == 2 and "not a nafix audit JSON report" in err and len(err.splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Zoo summary
+# ---------------------------------------------------------------------------------------------
+
+
+def test_zoo_summary_counts_op_types_ratios_and_rules(zoo, capsys):
+    code, out, _ = run(["audit", zoo, "-f", "json"], capsys)
+    rep = json.loads(out)
+    s = rep["summary"]
+    ok = [r for r in rep["models"] if not r["error"]]
+    assert (s["models"], s["audited"], s["failed"]) == (6, 5, 1)
+    assert s["with_sw"] == sum(1 for r in ok if r["estimate"]["sw_epochs"] > 0)
+    assert sum(d["models"] for d in s["hw_ratio"]["distribution"]) == 5
+    assert s["hw_ratio"]["max"] == 1.0  # clean.onnx
+    softmax = next(o for o in s["sw_op_types"] if o["op_type"] == "Softmax")
+    expected = sum(1 for r in ok for e in r["epochs"] if e["unit"] == "SW"
+                   for n in r["sw_nodes"] if n["name"] == e["nodes"][0] and n["op_type"] == "Softmax")
+    assert softmax["sw_epochs"] == expected >= 2
+    total = sum(o["sw_epochs"] for o in s["sw_op_types"])
+    assert total == sum(r["estimate"]["sw_epochs"] for r in ok)
+    naf012 = next(r for r in s["rules"] if r["rule"] == "NAF012")  # drop-trailing-softmax (opt-in)
+    assert naf012["opt_in"] and naf012["command"] == "nafix MODEL --select NAF012"
+    code, out, _ = run(["audit", zoo], capsys)
+    assert "zoo summary (estimated):" in out and "5 of 6 models audited, 1 failed" in out
+    assert "NAF012" in out
