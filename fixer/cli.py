@@ -228,10 +228,15 @@ class _ZooProgress:
 
         self.prog = Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(),
                              TextColumn("{task.fields[failures]} failed"), TextColumn("ETA"), TimeRemainingColumn(),
-                             console=err, transient=True)
+                             console=err, transient=True, auto_refresh=False)  # no thread: workers may fork
         self.prog.start()
         task = self.prog.add_task("auditing", total=None, failures=0)
-        return lambda done, total, failures: self.prog.update(task, completed=done, total=total, failures=failures)
+
+        def update(done, total, failures):
+            self.prog.update(task, completed=done, total=total, failures=failures)
+            self.prog.refresh()
+
+        return update
 
     def __exit__(self, *exc):
         if self.prog is not None:

@@ -7,6 +7,8 @@ import hashlib
 import logging
 import multiprocessing as mp
 import os
+import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -129,8 +131,13 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
 
 
 def _context():
+    """fork where it is safe and cheapest (Linux, no other Python thread: the workers start with
+    nafix already imported), else forkserver (one clean server process forks the workers), else
+    spawn (Windows, and macOS where fork is unsafe)."""
     methods = mp.get_all_start_methods()
-    if "forkserver" in methods:
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return mp.get_context("fork")
+    if "forkserver" in methods and sys.platform != "darwin":
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(["fixer.zoo.worker", "fixer.api", "fixer.report"])
         return ctx
