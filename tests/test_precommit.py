@@ -129,3 +129,12 @@ def test_hook_ignores_commits_without_onnx_files(repo):
     repo.run("git", "add", "README.md")
     code, text = repo.commit("docs")
     assert code == 0 and "(no files to check)" in text, text
+
+
+def test_readme_documents_four_config_lines_for_the_shipped_hook():
+    text = (ROOT / "README.md").read_text()
+    block = text.split("**pre-commit.**", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    lines = [ln for ln in block.splitlines() if ln.strip()]
+    assert len(lines) == 4
+    (entry,) = yaml.safe_load(block)
+    assert set(entry) == {"repo", "rev", "hooks"} and entry["hooks"] == [{"id": shipped_hook()["id"]}]
