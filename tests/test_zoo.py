@@ -246,3 +246,26 @@ def test_zoo_summary_counts_op_types_ratios_and_rules(zoo, capsys):
     code, out, _ = run(["audit", zoo], capsys)
     assert "zoo summary (estimated):" in out and "5 of 6 models audited, 1 failed" in out
     assert "NAF012" in out
+
+
+def test_a_second_nafix_process_reuses_the_cache(tmp_path):
+    """Keys are the same in every process (set order follows PYTHONHASHSEED; none may leak in)."""
+    import subprocess
+
+    nafix = Path(sys.executable).with_name("nafix")
+    cache_dir = tmp_path / "cache"
+    model = tmp_path / "m.onnx"
+    shutil.copy(SOFTMAX, model)
+
+    def audit(seed: str) -> dict:
+        proc = subprocess.run([str(nafix), "audit", str(model), "-f", "json", "--cache-dir", str(cache_dir)],
+                              capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED=seed), timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["models"][0]
+
+    first = audit("1")
+    (entry_file,) = cache_dir.rglob("*.json")
+    entry = json.loads(entry_file.read_text())
+    entry["row"]["estimate"]["epochs"] = 999  # marks the entry: only a cache hit can report it
+    entry_file.write_text(json.dumps(entry))
+    assert first["estimate"]["epochs"] != 999 and audit("2")["estimate"]["epochs"] == 999

@@ -108,12 +108,34 @@ def options_fingerprint(opts, profile, pools) -> str:
     """What changes an audit result besides the model: the resolved profile and pools (so an edited
     profile or .mpool file is seen), the stedgeai options and pinned input shapes."""
     text = json.dumps({
-        "profile": repr(profile),
-        "pools": repr(pools),
+        "profile": _canonical(profile),
+        "pools": _canonical(pools),
         "stedgeai_options": sorted(opts.stedgeai_options),
         "input_shapes": {k: list(v) for k, v in sorted(dict(opts.input_shapes).items())},
     }, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _canonical(obj: Any) -> Any:
+    """A JSON-able form of ``obj`` that is the same in every process: sets sorted (their iteration
+    order follows the per-process string hash), dataclasses and mappings by field, no object ids."""
+    import dataclasses
+    import re
+    from collections.abc import Mapping
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (set, frozenset)):
+        return sorted((_canonical(v) for v in obj), key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if callable(obj):
+        return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
 
 
 def cache_key(content: str, options: str) -> str:

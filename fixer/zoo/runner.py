@@ -18,7 +18,7 @@ from typing import Any, Callable, Sequence
 from .. import __version__
 from ..errors import InputError, UsageError
 from .cache import Cache, cache_key, content_sha256, options_fingerprint
-from .worker import audit_one, error_row, worker_main
+from .worker import error_row, worker_main
 
 log = logging.getLogger(__name__)
 
@@ -96,36 +96,37 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
     todo: list[tuple[str, str | None, str | None]] = []  # (path, sha256, cache key)
     failures = 0
     for name in names:
+        if cache is None:  # the workers hash the files, in parallel
+            todo.append((name, None, None))
+            continue
         sha = content_sha256(Path(name))
-        key = cache_key(sha, opt_fp) if cache is not None and sha is not None else None
+        key = cache_key(sha, opt_fp) if sha is not None else None
         row = cache.get(key) if key is not None else None
         if row is not None:
-            row = dict(row, path=name, sha256=sha)
-            rows[name] = row
+            rows[name] = dict(row, path=name, sha256=sha)
         else:
             todo.append((name, sha, key))
     stats["cached"] = len(rows)
     if progress:
         progress(len(rows), len(names), 0)
 
-    def done(name: str, row: dict[str, Any], key: str | None) -> None:
+    def done(name: str, row: dict[str, Any]) -> None:
         nonlocal failures
         rows[name] = row
         if row.get("error"):
             failures += 1
-        elif cache is not None and key is not None:
-            cache.put(key, row)
         if progress:
             progress(len(rows), len(names), failures)
 
+    cache_root = str(cache.root) if cache is not None else None
     if todo:
         if zoo.executor:
             from .dask_executor import run_dask
 
-            run_dask(zoo.executor, todo, analysis, zoo.timeout, done)
+            run_dask(zoo.executor, todo, analysis, zoo.timeout, cache_root, done)
         else:
             jobs = zoo.jobs or default_jobs()
-            _run_pool(todo, analysis, min(jobs, len(todo)), zoo.timeout, done)
+            _run_pool(todo, analysis, min(jobs, len(todo)), zoo.timeout, cache_root, done)
     stats["analysed"] = len(todo)
     return [rows[n] for n in names], stats
 
@@ -147,9 +148,9 @@ def _context():
 class _Slot:
     """One worker process and the task it is running."""
 
-    def __init__(self, ctx, analysis):
+    def __init__(self, ctx, analysis, cache_root):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=worker_main, args=(child, analysis), daemon=True)
+        self.proc = ctx.Process(target=worker_main, args=(child, analysis, cache_root), daemon=True)
         self.proc.start()
         child.close()
         self.task: tuple[int, str, str | None, str | None] | None = None
@@ -158,7 +159,7 @@ class _Slot:
     def give(self, index: int, item: tuple[str, str | None, str | None]) -> None:
         self.task = (index, *item)
         self.started = time.monotonic()
-        self.conn.send((index, item[0], item[1]))
+        self.conn.send((index, *item))
 
     def stop(self, *, kill: bool = False) -> None:
         if kill:
@@ -175,13 +176,21 @@ class _Slot:
         self.conn.close()
 
 
-def _run_pool(todo, analysis, jobs: int, timeout: float | None, done) -> None:
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _run_pool(todo, analysis, jobs: int, timeout: float | None, cache_root: str | None, done) -> None:
     """A fixed pool of ``jobs`` worker processes, each loading one model at a time. A worker that
     dies (crash, out of memory) or exceeds ``timeout`` on a model is replaced; that model becomes an
     error row and the others go on."""
     ctx = _context()
-    queue = list(enumerate(todo))[::-1]
-    slots = [_Slot(ctx, analysis) for _ in range(jobs)]
+    # largest files first (a proxy for analysis time): the last model to finish is a small one
+    queue = sorted(enumerate(todo), key=lambda it: _size(it[1][0]))
+    slots = [_Slot(ctx, analysis, cache_root) for _ in range(jobs)]
     try:
         for s in slots:
             if queue:
@@ -208,18 +217,18 @@ def _run_pool(todo, analysis, jobs: int, timeout: float | None, done) -> None:
                         row = None
                 if row is not None:
                     s.task = None
-                    done(name, row, key)
+                    done(name, row)
                 elif s.proc.sentinel in ready or not s.proc.is_alive():
                     code = s.proc.exitcode
                     done(name, error_row(name, f"{name}: the worker process analysing this model died "
-                                               f"(exit code {code}); the model may be too large for this machine's memory.", sha), None)
+                                               f"(exit code {code}); the model may be too large for this machine's memory.", sha))
                     s.stop(kill=True)
-                    slots[i] = s = _Slot(ctx, analysis)
+                    slots[i] = s = _Slot(ctx, analysis, cache_root)
                 elif timeout is not None and now - s.started >= timeout:
                     done(name, error_row(name, f"{name}: the analysis took longer than the per-model "
-                                               f"timeout of {timeout:g} s (--timeout).", sha), None)
+                                               f"timeout of {timeout:g} s (--timeout).", sha))
                     s.stop(kill=True)
-                    slots[i] = s = _Slot(ctx, analysis)
+                    slots[i] = s = _Slot(ctx, analysis, cache_root)
                 if s.task is None and queue:
                     s.give(*queue.pop())
     finally:

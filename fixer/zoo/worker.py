@@ -33,6 +33,10 @@ def audit_one(path: str, opts, sha256: str | None = None) -> dict[str, Any]:
     from ..api import analyze_path
     from ..report import analysis_dict
 
+    if sha256 is None:
+        from .cache import content_sha256
+
+        sha256 = content_sha256(Path(path))
     try:
         profile, pools = _profile_and_pools(opts)
         analysis = analyze_path(Path(path), opts, profile=profile, pools=pools)
@@ -48,8 +52,20 @@ def audit_one(path: str, opts, sha256: str | None = None) -> dict[str, Any]:
         return error_row(path, f"{path}: nafix could not analyse this model ({type(exc).__name__}: {exc}).", sha256)
 
 
-def worker_main(conn, opts) -> None:
-    """Loop of a worker process: receive (index, path, sha256), send (index, row); None stops it."""
+def audit_and_store(path: str, opts, sha256: str | None, key: str | None, cache_root: str | None) -> dict[str, Any]:
+    """``audit_one``, then store a successful row in the cache (in the worker: the writes run in
+    parallel too)."""
+    row = audit_one(path, opts, sha256)
+    if key is not None and cache_root is not None:
+        from .cache import Cache
+
+        Cache(Path(cache_root)).put(key, row)
+    return row
+
+
+def worker_main(conn, opts, cache_root: str | None = None) -> None:
+    """Loop of a worker process: receive (index, path, sha256, cache key), send (index, row); None
+    stops it."""
     while True:
         try:
             task = conn.recv()
@@ -57,8 +73,8 @@ def worker_main(conn, opts) -> None:
             return
         if task is None:
             return
-        index, path, sha = task
-        row = audit_one(path, opts, sha)
+        index, path, sha, key = task
+        row = audit_and_store(path, opts, sha, key, cache_root)
         try:
             conn.send((index, row))
         except (BrokenPipeError, OSError):
