@@ -8,13 +8,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
-from .graph import GraphView
 from .model_io import LoadedModel, load_model
-from .npu.estimate import EpochEstimate, estimate_epochs
-from .npu.memory import MemoryEstimate, estimate_memory
-from .npu.placement import SW, Placement, Reason, is_oe_export, place
+from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
+from .quantize import (
+    CalibrationOptions, accuracy_report, convert_uint8_to_int8, open_calibration, quantize_float_model,
+    requantize_islands,
+)
+from .report import fix_dict, fix_header
+from .results import (  # noqa: F401  (re-exported: fixer.api is where callers found them)
+    AuditResult, CompileComparison, CompiledModel, FixResult, ModelAnalysis, ModelAudit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -38,62 +44,6 @@ class AuditOptions:
     recursive: bool = True
 
 
-@dataclass
-class ModelAnalysis:
-    """Everything nafix knows about one model without rewriting it."""
-
-    path: Path
-    loaded: LoadedModel
-    view: GraphView
-    placement: Placement
-    estimate: EpochEstimate
-    memory: MemoryEstimate
-    findings: list[Reason]
-    profile: TargetProfile
-
-    def sw_nodes(self) -> list[dict]:
-        out = []
-        for n in self.placement.nodes:
-            if n.unit != SW:
-                continue
-            out.append({
-                "name": n.name,
-                "op_type": n.op_type,
-                "kernel": n.kernel,
-                "role": n.role or None,
-                "reasons": [r.text() for r in n.reasons],
-                "constraints": [r.constraint for r in n.reasons],
-                "tags": sorted({r.tag for r in n.reasons}),
-            })
-        return out
-
-    def notes(self) -> list[dict]:
-        return [
-            {"name": n.name, "op_type": n.op_type, "note": r.text(), "constraint": r.constraint, "severity": r.severity}
-            for n in self.placement.nodes for r in n.notes
-        ]
-
-
-@dataclass
-class ModelAudit:
-    path: Path
-    analysis: ModelAnalysis | None = None
-    error: str | None = None
-
-
-@dataclass
-class AuditResult:
-    models: list[ModelAudit]
-
-    @property
-    def errors(self) -> list[ModelAudit]:
-        return [m for m in self.models if m.error]
-
-    @property
-    def any_sw(self) -> bool:
-        return any(m.analysis is not None and m.analysis.estimate.sw_epochs > 0 for m in self.models)
-
-
 def resolve_profile(opts: AnalysisOptions) -> TargetProfile:
     return load_profile(opts.target_profile, options=frozenset(opts.stedgeai_options))
 
@@ -110,53 +60,6 @@ def resolve_pools(opts: AnalysisOptions):
         prof = mp.load_neural_art_profile(opts.neural_art_profile)
         return prof.pools.pools if prof.pools is not None else None
     return None
-
-
-def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: Path | None = None) -> ModelAnalysis:
-    """Place, estimate epochs and memory for an already loaded model."""
-    loaded = model_or_loaded if isinstance(model_or_loaded, LoadedModel) else LoadedModel(
-        path=path or Path("<memory>"), model=model_or_loaded, opset=_opset(model_or_loaded))
-    view = GraphView(loaded.model)
-    placement = place(view, profile)
-    estimate = estimate_epochs(view, placement, profile)
-    from .npu.placement import QuantDomain
-
-    memory = estimate_memory(view, placement, QuantDomain(view, profile, strict=not placement.oe_export), pools)
-    findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
-    return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)
-
-
-def _opset(model) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
-
-
-def _model_findings(loaded: LoadedModel, profile: TargetProfile, memory: MemoryEstimate) -> list[Reason]:
-    out: list[Reason] = []
-    lim = profile.limits.get("max_opset")
-    if lim is not None and loaded.opset > lim.value:
-        out.append(Reason("max_opset", f"stedgeai reads models up to opset {lim.value}.",
-                          f"the model uses opset {loaded.opset}", lim.tag, "compile_error"))
-    for d in loaded.unresolved_dims:
-        out.append(Reason("static_shape", "stedgeai needs static shapes; pin dynamic inputs with --input-shape NAME=1,3,224,224.",
-                          d.describe(), "3P", "compile_error"))
-    if not memory.fits_on_chip:
-        out.append(Reason(
-            "activations_on_chip",
-            "Activations should fit the on-chip RAM pools; what spills to external RAM runs 5-20x slower "
-            "(FastDepth went from 24.5 ms to 478 ms) and some firmware crashes.",
-            f"estimated peak activations {memory.peak_activation_bytes / 1024:.0f} KiB against "
-            f"{memory.onchip_bytes / 1024:.0f} KiB on-chip; {memory.external_bytes / 1024:.0f} KiB would spill",
-            "OBS", "note"))
-    if memory.unallocated_bytes:
-        out.append(Reason(
-            "memory_pools",
-            "Activations and weights must fit the memory pools, or stedgeai aborts with 'Oauto did not find "
-            "valid compile options' and 'total bytes left unallocated=N'.",
-            f"an estimated {memory.unallocated_bytes:,} bytes fit no pool", "OBS", "compile_error"))
-    return out
 
 
 def analyze_path(path: str | os.PathLike[str], opts: AnalysisOptions, *, profile: TargetProfile | None = None,
@@ -241,47 +144,15 @@ class FixOptions:
     max_rounds: int = 8
     compile: "CompileOptions | None" = None  # measure before/after with the real stedgeai
     quantize: bool = False  # re-quantize with onnxruntime (float in, NPU-ready int8 out)
-    calib: "CalibrationOptions | None" = None  # where calibration data comes from (None: random)
-
-
-@dataclass
-class FixResult:
-    input: Path
-    output: Path | None
-    report_path: Path | None
-    header_path: Path | None
-    before: ModelAnalysis
-    after: ModelAnalysis | None
-    engine: "EngineResult"
-    verification: "Verification | None"
-    written: bool
-    rules_run: list[str]
-    warnings: list[str] = field(default_factory=list)
-    compiled: "CompileComparison | None" = None
-    quantization: dict | None = None  # what --quantize did and the accuracy it cost
-    pre_engine: "EngineResult | None" = None  # rewrites applied before quantization (float models)
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.engine.changes) or self.quantization is not None
-
-    @property
-    def verified(self) -> bool:
-        return self.verification is None or self.verification.ok
-
-    @property
-    def final(self) -> ModelAnalysis:
-        return self.after or self.before
+    calib: CalibrationOptions | None = None  # where calibration data comes from (None: random)
 
 
 def default_outputs(model_path: Path, output: str | None) -> tuple[Path, Path, Path]:
-    """(model, JSON report, C header) paths: ``model.nafix.onnx`` etc. beside the input, or from -o."""
-    if output:
-        out = Path(output)
-        if out.is_dir():
-            out = out / (model_path.stem + ".nafix.onnx")
-    else:
-        out = model_path.with_name(model_path.stem + ".nafix.onnx")
+    """(model, JSON report, C header) paths: ``model.nafix.onnx`` etc. beside the input, or from -o
+    (a folder, i.e. a trailing separator or an existing folder, gets ``model.nafix.onnx`` inside)."""
+    from .outputs import resolve_output
+
+    out = resolve_output(output, model_path.stem + ".nafix.onnx", default_dir=model_path.parent)
     stem = out.name[:-5] if out.name.endswith(".onnx") else out.name
     return out, out.with_name(stem + ".json"), out.with_name(stem + ".h")
 
@@ -304,16 +175,6 @@ def boundary_checks(engine, contracts) -> list:
             for i, c in enumerate(engine.changes) for t in c.boundary]
 
 
-def _written_by_nafix(path: Path) -> bool:
-    import onnx
-
-    try:
-        m = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001
-        return False
-    return any(p.key == "nafix.version" for p in m.metadata_props)
-
-
 #: Rewrites that prepare float islands for quantization (they turn SW-only ops into NPU primitives,
 #: which only pays off once the result is quantized): selected automatically with --quantize.
 QUANTIZE_PREP_RULES = ("NAF016", "NAF017")
@@ -326,10 +187,6 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
     """--quantize: float model -> float rewrites (verified) -> onnxruntime quantization; uint8 model ->
     exact int8 conversion; QDQ model with float islands -> islands quantized keeping every existing
     scale and zero-point. Returns (quantized model, the float-stage engine result, report dict)."""
-    from .quantize import (
-        CalibrationOptions, accuracy_report, convert_uint8_to_int8, open_calibration, quantize_float_model,
-        requantize_islands,
-    )
     from .rules import load_rules, select_rules
 
     calib = opts.calib or CalibrationOptions(seed=opts.seed)
@@ -440,6 +297,27 @@ def _quant_kind(model) -> str:
     return "qdq"
 
 
+def _fix_inputs(opts: FixOptions, src: Path) -> tuple[Path, ...]:
+    """The files a fix run reads: never written over, even with --force."""
+    paths = [src]
+    if opts.inputs_npz:
+        paths.append(Path(opts.inputs_npz))
+    if opts.calib is not None and getattr(opts.calib, "path", None):
+        paths.append(Path(opts.calib.path))
+    return tuple(paths)
+
+
+def _check_fix_outputs(opts: FixOptions, src: Path, out: Path, report: Path, header: Path | None = None) -> None:
+    """Refuse, before any work, an output that would replace an input or a file nafix did not write."""
+    from .outputs import MODEL, REPORT, check_output
+
+    protect = _fix_inputs(opts, src)
+    check_output(out, kind=MODEL, force=opts.force, protected=protect, what="model")
+    check_output(report, kind=REPORT, force=opts.force, protected=protect, what="JSON report")
+    if header is not None:
+        check_output(header, kind=REPORT, force=opts.force, protected=protect, what="C header")
+
+
 def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         on_round: Callable[[int, int], None] | None = None,
         on_compile_line: Callable[[str, str], None] | None = None,
@@ -455,17 +333,15 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
 
     if opts.input_type not in ("int8", "uint8"):
         raise UsageError(f"--input-type must be int8 or uint8, not '{opts.input_type}'.")
+    if opts.compile is not None:
+        check_compile_options(opts.compile)  # before any work: a bad --compile option fails at once
     profile = resolve_profile(opts.analysis)
     pools = resolve_pools(opts.analysis)
     src = Path(path)
     out, report_path, header_path = default_outputs(src, opts.output)
     loaded = load_model(src, input_shapes=opts.analysis.input_shapes)
     if not opts.dry_run:
-        for p in (out, report_path, header_path):
-            if p.exists() and src.exists() and p.resolve() == src.resolve():
-                raise UsageError(f"{p}: refusing to write over the input model; choose another output with -o.")
-        if out.exists() and not opts.force and not _written_by_nafix(out):
-            raise UsageError(f"{out}: exists and was not written by nafix; pass --force to overwrite it or choose -o.")
+        _check_fix_outputs(opts, src, out, report_path)
     before = analyze_model(loaded, profile=profile, pools=pools)
     rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore)
     warnings: list[str] = []
@@ -503,6 +379,8 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     written = False
     verified = verification is None or verification.ok
     if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed):
+        # every file this run will write is checked before the first one is written
+        _check_fix_outputs(opts, src, out, report_path, header_path if engine.io_changes else None)
         model = engine.model
         meta = {p.key: p.value for p in model.metadata_props}
         meta.update({
@@ -517,7 +395,7 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         del model.metadata_props[:]
         for k, v in meta.items():
             model.metadata_props.add(key=k, value=v)
-        save_model(model, out, protect=(src,))
+        save_model(model, out, protect=_fix_inputs(opts, src), force=opts.force)
         written = True
     result = FixResult(
         input=src, output=out if written else None, report_path=None, header_path=None, before=before,
@@ -525,19 +403,31 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
     )
     if opts.compile is not None:
-        result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
+        try:
+            result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
+        except NafixError:
+            if not opts.dry_run:  # the model is written: its report and header go with it
+                _write_fix_reports(result, opts, header_path, report_path)
+            raise
     if not opts.dry_run:
-        from .model_io import atomic_write_text
-        from .report import fix_dict, fix_header
-        import json
-
-        if written and engine.io_changes:
-            atomic_write_text(header_path, fix_header(result, header_path))
-            result.header_path = header_path
-        if written or not result.changed:
-            result.report_path = report_path
-            atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n")
+        _write_fix_reports(result, opts, header_path, report_path)
     return result
+
+
+def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, report_path: Path) -> None:
+    """The C header (when interface edges became integer) and the JSON report beside the model."""
+    import json
+
+    from .model_io import atomic_write_text
+
+    protect = _fix_inputs(opts, result.input)
+    if result.written and result.engine.io_changes:
+        atomic_write_text(header_path, fix_header(result, header_path), force=opts.force, protect=protect)
+        result.header_path = header_path
+    if result.written or not result.changed:
+        result.report_path = report_path
+        atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n", force=opts.force,
+                          protect=protect)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -556,63 +446,25 @@ class CompileOptions:
     extra_args: tuple[str, ...] = ()
 
 
-@dataclass
-class CompiledModel:
-    label: str  # "before" | "after" | the model name
-    model: Path
-    result: "CompileResult"
-    disagreements: list[dict] = field(default_factory=list)
-
-    def summary(self) -> dict:
-        r = self.result
-        rep = r.report
-        out: dict = {"ok": r.ok, "returncode": r.returncode, "duration_s": round(r.duration_s, 2),
-                     "known_errors": [{"code": k.code, "cause": k.cause, "fix": k.fix, "evidence": k.evidence_line}
-                                      for k in r.known_errors],
-                     "problems": list(r.problems)}
-        if rep is not None:
-            out.update({"epochs": rep.epochs, "sw_epochs": rep.sw_epochs, "hybrid_epochs": rep.hybrid_epochs,
-                        "hw_ratio": round(rep.hw_ratio, 4), "sw_ops": list(rep.sw_ops),
-                        "memory": [{"pool": p.name, "used_bytes": p.used_bytes, "total_bytes": p.total_bytes,
-                                    "weights_bytes": p.weights_bytes, "activations_bytes": p.activations_bytes}
-                                   for p in rep.memory]})
-        out["estimate_vs_real"] = self.disagreements
-        return out
-
-
-@dataclass
-class CompileComparison:
-    tool: Path
-    version: str
-    before: CompiledModel
-    after: CompiledModel | None = None
-
-    @property
-    def improved(self) -> bool:
-        """True when the real HW-epoch ratio increased, or was already 100 %."""
-        b = self.before.result.report
-        a = self.after.result.report if self.after is not None else None
-        if b is not None and b.sw_epochs == 0 and not b.hybrid_epochs:
-            return True
-        if a is None:
-            return False
-        if b is None:
-            return a is not None
-        return a.hw_ratio > b.hw_ratio or (a.sw_epochs == 0 and not a.hybrid_epochs)
-
-    def as_dict(self) -> dict:
-        d = {"tool": str(self.tool), "version": self.version, "before": self.before.summary(),
-             "improved": self.improved}
-        if self.after is not None:
-            d["after"] = self.after.summary()
-        return d
-
-
 def _compile_before_after(result: FixResult, copts: CompileOptions,
                           on_line: Callable[[str, str], None] | None) -> CompileComparison:
     import tempfile
 
     from .model_io import save_model
+
+    import time
+    from dataclasses import replace
+
+    deadline = time.monotonic() + copts.timeout_s  # every stedgeai run of this command shares the budget
+
+    def remaining() -> CompileOptions:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            from .errors import ToolError
+
+            raise ToolError(f"stedgeai did not finish within --compile-timeout {copts.timeout_s:g} s "
+                            "(all its runs together).")
+        return replace(copts, timeout_s=max(round(left, 1), 0.1))
 
     tool, version = locate_stedgeai(copts, required=True)
 
@@ -626,16 +478,17 @@ def _compile_before_after(result: FixResult, copts: CompileOptions,
         result.warnings.append(note)
         if on_line:
             on_line("before", "nafix warning: " + note)
-    before = compile_model(result.input, "before", copts, tool, analysis=result.before, on_line=lines("before"))
+    before = compile_model(result.input, "before", remaining(), tool, analysis=result.before, on_line=lines("before"))
     after = None
     ok_to_compile = result.changed and (result.verified or result.written)
     if ok_to_compile:
         if result.written and result.output is not None:
-            after = compile_model(result.output, "after", copts, tool, analysis=result.after, on_line=lines("after"))
+            after = compile_model(result.output, "after", remaining(), tool, analysis=result.after,
+                                  on_line=lines("after"))
         else:
             with tempfile.TemporaryDirectory(prefix="nafix-fixed-") as tmp:
                 fixed = save_model(result.engine.model, Path(tmp) / (result.input.stem + ".nafix.onnx"))
-                after = compile_model(fixed, "after", copts, tool, analysis=result.after, on_line=lines("after"))
+                after = compile_model(fixed, "after", remaining(), tool, analysis=result.after, on_line=lines("after"))
     return CompileComparison(tool, version, before, after)
 
 
@@ -644,14 +497,32 @@ def locate_stedgeai(opts: CompileOptions, *, required: bool):
     from .errors import ToolError
     from .stedgeai import find_stedgeai, stedgeai_version
 
+    tool = check_compile_options(opts) if required else find_stedgeai(opts.stedgeai)
+    if tool is None:
+        return None, None
+    return tool, stedgeai_version(tool, timeout=min(60.0, opts.timeout_s))
+
+
+def check_compile_options(opts: CompileOptions) -> Path:
+    """The stedgeai executable for ``opts``, or one error sentence for options that cannot work (a
+    missing or non-executable stedgeai, a timeout that is not a positive number): called before any
+    work so that a bad --compile option never comes after minutes of fixing."""
+    import math
+
+    from .errors import ToolError
+    from .stedgeai import find_stedgeai
+
+    if not isinstance(opts.timeout_s, (int, float)) or math.isnan(opts.timeout_s) or opts.timeout_s <= 0:
+        raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a positive "
+                         f"number of seconds, not {opts.timeout_s!r}.")
     tool = find_stedgeai(opts.stedgeai)
     if tool is None:
-        if required:
-            raise ToolError(
-                "stedgeai was not found: pass --stedgeai PATH, set STEDGEAI_CORE_DIR to the ST Edge AI Core "
-                "installation (its Utilities/<os>/stedgeai is used), or put stedgeai on PATH.")
-        return None, None
-    return tool, stedgeai_version(tool)
+        raise ToolError(
+            "stedgeai was not found: pass --stedgeai PATH, set STEDGEAI_CORE_DIR to the ST Edge AI Core "
+            "installation (its Utilities/<os>/stedgeai is used), or put stedgeai on PATH.")
+    if not os.access(tool, os.X_OK) or not Path(tool).is_file():
+        raise ToolError(f"'{tool}' is not an executable file; pass --stedgeai PATH to the stedgeai executable.")
+    return Path(tool)
 
 
 def estimate_vs_real(analysis: ModelAnalysis | None, result) -> list[dict]:

@@ -90,15 +90,21 @@ def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profi
 TARGET_HELP = "Target profile: built-in name (stm32n6) or a YAML file with limits and the operator table."
 OPTION_HELP = "A stedgeai option that changes placement: --expand-softmax, --GELU-recognition, --SWISH-recognition."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
+#: File extension of a report written with -o FOLDER/, by --format value.
+_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html"}
+OUTPUT_HELP = ("Write the report to this file instead of stdout (a folder, i.e. an existing one or a path ending "
+               "with '/': a default name inside it).")
+FORCE_HELP = "Overwrite an existing output file that nafix did not write (never an input)."
 STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai, else PATH)."
 
 
 @app.command("audit")
 def audit_cmd(
-    paths: List[Path] = typer.Argument(..., help="Model files or folders (searched recursively). `nafix audit merge REPORT.json...` joins reports."),
+    paths: List[str] = typer.Argument(..., help="Model files or folders (searched recursively). `nafix audit merge REPORT.json...` joins reports."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
     stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
@@ -107,20 +113,23 @@ def audit_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
     jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes (default 0: one per CPU)."),
     timeout: float = typer.Option(120.0, "--timeout", min=0, help="Seconds per model before it becomes an error row (0: no limit)."),
-    cache_dir: Optional[Path] = typer.Option(None, "--cache-dir", help="Result cache folder (default: $NAFIX_CACHE_DIR, else the user cache folder)."),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Result cache folder (default: $NAFIX_CACHE_DIR, else the user cache folder)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="Exit 1 only on what is new or worse than this baseline file."),
-    write_baseline: Optional[Path] = typer.Option(None, "--write-baseline", help="Record today's findings per model in this baseline file."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Exit 1 only on what is new or worse than this baseline file."),
+    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", help="Record today's findings per model in this baseline file."),
     shard: Optional[str] = typer.Option(None, "--shard", help="Audit only shard K of N (K/N, by path hash), e.g. 1/3."),
     executor: Optional[str] = typer.Option(None, "--executor", help="Run the models on a Dask cluster: dask://HOST:PORT (pip install 'nafix[dask]')."),
 ):
     """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
     from .zoo.runner import Shard, ZooOptions, audit_rows, build_report
 
+    paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
     try:
+        target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force, protected=paths)
+        baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
         opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile)
-        zoo = ZooOptions(jobs=jobs, timeout=timeout or None, cache_dir=cache_dir, use_cache=not no_cache,
-                         shard=Shard.parse(shard) if shard else None, executor=executor)
+        zoo = ZooOptions(jobs=jobs, timeout=timeout or None, cache_dir=Path(cache_dir) if cache_dir else None,
+                         use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor)
         base = None
         if baseline is not None:
             from .zoo.baseline import load_baseline
@@ -142,19 +151,21 @@ def audit_cmd(
 
         comparison = compare(report, base)
         report["baseline"] = {"file": str(baseline), **comparison.as_dict()}
-    _render_audit(report, fmt, output, verbose)
-    if write_baseline is not None:
+    protected = list(paths) + [Path(r["path"]) for r in rows]
+    _render_audit(report, fmt, target, verbose, force=force, protected=protected)
+    if baseline_target is not None:
         from .zoo.baseline import baseline_text
 
-        _emit(baseline_text(report), write_baseline)
-    for m in errors:
-        _error(m["error"])
+        _emit(baseline_text(report), baseline_target, force=force, protected=protected)
     if comparison is not None:
         for c in comparison.improvements:
             err.print(Text(f"improved: {c.message}"), highlight=False)
         for c in comparison.regressions:
             err.print(Text(f"new: {c.message}", style="bold red"), highlight=False)
-    if errors:
+    if errors:  # one line whatever the count: each model has its error row in the report
+        first = errors[0]["error"]
+        _error(first if len(errors) == 1 else
+               f"{len(errors)} of {len(rows)} models could not be analysed (see their rows); the first: {first}")
         raise typer.Exit(2)
     if comparison is not None:
         if comparison.regressions:
@@ -173,42 +184,44 @@ class OutFormat(str, Enum):
 
 @app.command("audit-merge", hidden=True)
 def audit_merge_cmd(
-    reports: List[Path] = typer.Argument(..., help="JSON reports of nafix audit (e.g. one per --shard)."),
+    reports: List[str] = typer.Argument(..., help="JSON reports of nafix audit (e.g. one per --shard)."),
     fmt: Format = typer.Option(Format.json, "--format", "-f", help="Output format of the merged report."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the merged report to this file instead of stdout."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (table format)."),
 ):
     """Join the JSON reports of `nafix audit --shard K/N ... --format json` into one report (`nafix audit merge`)."""
     from .zoo.merge import merge_reports
 
+    inputs = [Path(r) for r in reports]
     try:
-        report, warnings = merge_reports(reports)
+        target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force, protected=inputs)
+        report, warnings = merge_reports(inputs)
     except NafixError as exc:
         _fail(exc)
     for w in warnings:
         err.print(Text(f"warning: {w}", style="yellow"), highlight=False)
-    _render_audit(report, fmt, output, verbose)
+    _render_audit(report, fmt, target, verbose, force=force, protected=inputs)
     if any(r.get("error") for r in report["models"]):
         raise typer.Exit(2)
 
 
-def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: bool) -> None:
+def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: bool, *, force: bool,
+                  protected) -> None:
+    """The audit report (the JSON report's dict) in ``fmt``, on stdout or written to ``output``."""
     from .report import audit_markdown, audit_renderables
 
     if fmt == Format.json:
-        _emit(json.dumps(report, indent=2) + "\n", output)
+        _emit(json.dumps(report, indent=2) + "\n", output, force=force, protected=protected)
     elif fmt == Format.markdown:
-        _emit(audit_markdown(report), output)
+        _emit(audit_markdown(report), output, force=force, protected=protected)
     elif fmt in (Format.sarif, Format.github, Format.html):
         from .report_ci import github_annotations, html_report, sarif_text
 
         render = {Format.sarif: sarif_text, Format.github: github_annotations, Format.html: html_report}[fmt]
-        _emit(render(report), output)
+        _emit(render(report), output, force=force, protected=protected)
     elif output is not None:
-        rec = Console(record=True, width=160, file=io.StringIO())
-        for r in audit_renderables(report, verbose=verbose):
-            rec.print(r)
-        _emit(rec.export_text(), output)
+        _emit(_as_text(audit_renderables(report, verbose=verbose)), output, force=force, protected=protected)
     else:
         for r in audit_renderables(report, verbose=verbose):
             out.print(r)
@@ -246,14 +259,14 @@ class _ZooProgress:
 
 @app.command("fix")
 def fix_cmd(
-    model: Path = typer.Argument(..., help="The ONNX model to fix (never modified)."),
+    model: str = typer.Argument(..., help="The ONNX model to fix (never modified)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Output model path (default: MODEL.nafix.onnx beside the input)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these rules (ids or names; repeatable). Opt-in rules run only when selected."),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Do not run these rules (repeatable)."),
-    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
+    rules: Optional[List[str]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
     input_type: str = typer.Option("int8", "--input-type", help="Type of a graph input made integer by NAF005: int8 or uint8 (camera frames)."),
-    inputs: Optional[Path] = typer.Option(None, "--inputs", help="An .npz of inputs (arrays keyed by input name) for the equivalence gate."),
+    inputs: Optional[str] = typer.Option(None, "--inputs", help="An .npz of inputs (arrays keyed by input name) for the equivalence gate."),
     keep_failed: bool = typer.Option(False, "--keep-failed", help="Write the model even when verification fails."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file that nafix did not write."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when SW epochs remain (sw)."),
@@ -261,13 +274,13 @@ def fix_cmd(
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
     stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs used by the equivalence gate."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed (0 or more) of the random inputs used by the equivalence gate."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every remaining SW node."),
     compile_: bool = typer.Option(False, "--compile", help="Also compile the original and the fixed model with stedgeai and compare real epochs."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json for stedgeai (--st-neural-art) and the memory estimate."),
     compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds to wait for each stedgeai run."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
     quantize: bool = typer.Option(False, "--quantize", help="Re-quantize with onnxruntime for the NPU: float models, uint8 activations, float islands."),
     calib: Optional[str] = typer.Option(None, "--calib", help="Calibration data: a folder of .npz (one sample each), one .npz with a sample axis, or a folder of images."),
     calib_size: Optional[str] = typer.Option(None, "--calib-size", help="Images: resize to HxW (default: the model input's)."),
@@ -280,6 +293,7 @@ def fix_cmd(
     calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
+    model = Path(model)
     from .api import CompileOptions, FixOptions, fix
     from .report import fix_dict, fix_renderables
 
@@ -350,7 +364,8 @@ def _calib_options(path, size, layout, scale, mean, std, order, samples, method,
 
 
 def _stream_line(label: str, line: str) -> None:
-    err.print(f"[dim]stedgeai ({label}):[/] {line}", highlight=False, markup=True)
+    """One line of stedgeai's output, printed as plain text (it may hold '[...]', never Rich markup)."""
+    err.print(Text.assemble((f"stedgeai ({label}):", "dim"), " ", line), highlight=False)
 
 
 def _mention_stedgeai(explicit: Optional[str]) -> None:
@@ -360,32 +375,36 @@ def _mention_stedgeai(explicit: Optional[str]) -> None:
     try:
         tool = find_stedgeai(explicit)
     except NafixError as exc:
-        err.print(f"note: {exc.message}", highlight=False)
+        err.print(f"note: {exc.message}", highlight=False, markup=False)
         return
     if tool is None:
         err.print("note: stedgeai not found (--stedgeai, STEDGEAI_CORE_DIR or PATH): figures above are nafix "
                   "estimates only.", style="dim", highlight=False)
     else:
-        err.print(f"note: stedgeai found at {tool}; add --compile to measure real epochs before and after.",
+        err.print(f"note: stedgeai found at {tool}; add --compile to measure real epochs before and after.", markup=False,
                   style="dim", highlight=False)
 
 
 @app.command("compile")
 def compile_cmd(
-    model: Path = typer.Argument(..., help="The ONNX model to compile."),
+    model: str = typer.Argument(..., help="The ONNX model to compile."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds to wait for stedgeai."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ):
     """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
+    model = Path(model)
     from .api import AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools
     from .model_io import parse_input_shapes
     from .report import compile_renderables
 
     try:
+        target = _output_target(output, f"{model.stem}.compile.{_EXT[fmt.value]}", force=force, protected=[model])
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=timeout,
                                workdir=str(workdir) if workdir else None)
         tool, version = locate_stedgeai(copts, required=True)
@@ -400,9 +419,12 @@ def compile_cmd(
     except NafixError as exc:
         _fail(exc)
     if fmt == OutFormat.json:
-        sys.stdout.write(json.dumps({"stedgeai": {"tool": str(tool), "version": version, "model": str(model),
-                                                  **compiled.summary()},
-                                     "estimate": analysis.estimate.as_dict(), "estimated": True}, indent=2) + "\n")
+        _emit(json.dumps({"nafix_version": __version__,
+                          "stedgeai": {"tool": str(tool), "version": version, "model": str(model), **compiled.summary()},
+                          "estimate": analysis.estimate.as_dict(), "estimated": True}, indent=2) + "\n",
+              target, force=force, protected=[model])
+    elif target is not None:
+        _emit(_as_text(compile_renderables(compiled, version, analysis)), target, force=force, protected=[model])
     else:
         for r in compile_renderables(compiled, version, analysis):
             out.print(r)
@@ -412,20 +434,21 @@ def compile_cmd(
 
 @app.command("explain")
 def explain_cmd(
-    path: Path = typer.Argument(..., help="A stedgeai/atonn log or report file ('-' reads standard input)."),
+    path: str = typer.Argument(..., help="A stedgeai/atonn log or report file ('-' reads standard input)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ):
     """Explain the known compiler errors and warnings in a stedgeai log or report, with the fix."""
-    from .errors import InputError
+    path = Path(path)
     from .stedgeai import explain, parse_report
 
+    stdin = str(path) == "-"
     try:
-        if str(path) == "-":
-            text = sys.stdin.read()
-        elif not path.is_file():
-            raise InputError(f"{path}: no such file.")
-        else:
-            text = path.read_text(encoding="utf-8", errors="replace")
+        protected = [] if stdin else [path]
+        name = "stdin" if stdin else path.name
+        target = _output_target(output, f"{name}.explain.{_EXT[fmt.value]}", force=force, protected=protected)
+        text = sys.stdin.read() if stdin else _read_text_input(path, "stedgeai log or report")
     except NafixError as exc:
         _fail(exc)
     found = explain(text)
@@ -434,28 +457,57 @@ def explain_cmd(
     except NafixError:
         report = None
     if fmt == OutFormat.json:
-        data = {"known_errors": [{"code": k.code, "cause": k.cause, "fix": _fix_text(k), "evidence": k.evidence_line,
+        data = {"nafix_version": __version__,
+                "known_errors": [{"code": k.code, "cause": k.cause, "fix": _fix_text(k), "evidence": k.evidence_line,
                                   "details": dict(k.details), "tag": k.tag} for k in found]}
         if report is not None:
             data["report"] = {"version": report.version, "epochs": report.epochs, "sw_epochs": report.sw_epochs,
                               "hybrid_epochs": report.hybrid_epochs, "hw_ratio": round(report.hw_ratio, 4),
                               "sw_ops": list(report.sw_ops)}
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        _emit(json.dumps(data, indent=2, default=str) + "\n", target, force=force, protected=protected)
         return
+    lines: list[Text] = []
     if report is not None:
-        out.print(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
-                  f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, HW ratio {report.hw_ratio:.1%} (measured)", highlight=False)
+        lines.append(Text(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
+                          f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, "
+                          f"HW ratio {report.hw_ratio:.1%} (measured)"))
         if report.sw_ops:
             from collections import Counter
 
-            out.print("SW epochs: " + ", ".join(f"{op} x{n}" for op, n in Counter(report.sw_ops).most_common()),
-                      highlight=False)
+            lines.append(Text("SW epochs: " + ", ".join(f"{op} x{n}" for op, n in Counter(report.sw_ops).most_common())))
     if not found:
-        out.print("no known error or warning recognised.")
+        lines.append(Text("no known error or warning recognised."))
     for k in found:
-        out.print(f"[bold]{k.code}[/]: {k.cause} [{k.tag}]", highlight=False)
-        out.print(f"  evidence: {k.evidence_line.strip()}", highlight=False, markup=False)
-        out.print(f"  fix: {_fix_text(k)}", highlight=False, markup=False)
+        lines.append(Text.assemble((k.code, "bold"), f": {k.cause} [{k.tag}]"))
+        lines.append(Text(f"  evidence: {k.evidence_line.strip()}"))
+        lines.append(Text(f"  fix: {_fix_text(k)}"))
+    if target is not None:
+        _emit(_as_text(lines), target, force=force, protected=protected)
+        return
+    for line in lines:
+        out.print(line, highlight=False)
+
+
+def _read_text_input(path: Path, what: str) -> str:
+    """Read a text input file, or raise one InputError sentence (missing, a folder, a FIFO, unreadable)."""
+    import stat as _stat
+
+    from .errors import InputError
+
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file.") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+    if _stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path}: is a folder; give the {what} file itself.")
+    if not _stat.S_ISREG(st.st_mode):
+        raise InputError(f"{path}: is not a regular file (a FIFO, socket or device); give the {what} file itself.")
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
 
 
 def _fix_text(k) -> str:
@@ -474,16 +526,22 @@ def _fix_text(k) -> str:
 def rules_cmd(
     rule_id: Optional[str] = typer.Argument(None, help="Explain one rule (id or name)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the rules reference (docs/RULES.md) as Markdown."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file."),
-    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file (a folder: RULES.md inside)."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    rules: Optional[List[str]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
 ):
     """List the rewrite rules, explain one, or write the rules reference."""
     from .rules import load_rules, rule_markdown
 
     try:
+        if output is not None and not markdown:
+            from .errors import UsageError
+
+            raise UsageError("-o/--output writes the rules reference: it needs --markdown.")
+        target = _output_target(output, "RULES.md", force=force, protected=rules or ())
         loaded = load_rules(tuple(rules or ()))
         if markdown:
-            _emit(rule_markdown(loaded), output)
+            _emit(rule_markdown(loaded), target, force=force, protected=rules or ())
             return
         if rule_id:
             match = [r for r in loaded if r.id == rule_id.upper() or r.name == rule_id]
@@ -509,13 +567,38 @@ def rules_cmd(
     out.print(t)
 
 
-def _emit(text: str, output: Optional[Path]) -> None:
+def _output_target(output: Optional[str], default_name: str, *, force: bool, protected=()) -> Optional[Path]:
+    """Where -o writes (a folder gets ``default_name``), checked before any work is done."""
+    if output is None:
+        return None
+    from .outputs import REPORT, check_output, resolve_output
+
+    target = resolve_output(output, default_name)
+    check_output(target, kind=REPORT, force=force, protected=protected, what="report")
+    return target
+
+
+def _as_text(renderables) -> str:
+    """Rich renderables as plain text for a file, marked as nafix's (so a rerun may replace it)."""
+    from .outputs import text_mark
+
+    rec = Console(record=True, width=160, file=io.StringIO())
+    for r in renderables:
+        rec.print(r)
+    return text_mark() + "\n" + rec.export_text()
+
+
+def _emit(text: str, output: Optional[Path], *, force: bool = False, protected=()) -> None:
+    """``text`` on stdout, or written to ``output`` through :mod:`fixer.outputs`."""
     if output is None:
         sys.stdout.write(text)
         return
-    from .model_io import atomic_write_text
+    from .outputs import REPORT, write_output
 
-    atomic_write_text(output, text)
+    try:
+        write_output(output, text, kind=REPORT, force=force, protected=protected, what="report")
+    except NafixError as exc:
+        _fail(exc)
     err.print(Text(f"wrote {output}"), highlight=False)
 
 
@@ -542,8 +625,31 @@ class _calibration_progress:
         return False
 
 
+def _click_exceptions():
+    """click's exception classes (typer vendors click in recent releases)."""
+    try:
+        from typer._click import exceptions as ce  # typer >= 0.2x vendors click
+    except ImportError:  # pragma: no cover - older typer depends on click
+        from click import exceptions as ce
+    return ce
+
+
+def _usage_line(exc) -> str:
+    """click's usage error as one sentence plus where the help is (not its multi-line usage block)."""
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None and getattr(ctx, "command_path", None) else "nafix"
+    message = " ".join(exc.format_message().split())
+    return f"{message.rstrip('.')}; see '{where} --help'."
+
+
 def main(argv: Optional[list[str]] = None) -> None:
-    """Console entry point: ``nafix model.onnx`` is ``nafix fix model.onnx``."""
+    """Console entry point: ``nafix model.onnx`` is ``nafix fix model.onnx``.
+
+    Every way out is one of: 0/1 (the command's result), 2 with one ``error:`` line (bad input or
+    usage, including click's usage errors), 130 on Ctrl-C, 143 on SIGTERM, 3 for a nafix bug.
+    """
+    from .outputs import install_sigterm_cleanup
+
     args = list(sys.argv[1:] if argv is None else argv)
     pos = [i for i, a in enumerate(args) if not a.startswith("-")]
     if len(pos) >= 2 and args[pos[0]] == "audit" and args[pos[1]] == "merge":  # `nafix audit merge ...`
@@ -553,20 +659,36 @@ def main(argv: Optional[list[str]] = None) -> None:
     if first is not None and first not in commands and "fix" in commands:
         idx = args.index(first)
         args.insert(idx, "fix")
+    install_sigterm_cleanup()
+    ce = _click_exceptions()
+    no_args = getattr(ce, "NoArgsIsHelpError", None)
     try:
-        app(args=args, prog_name="nafix", standalone_mode=True)
+        code = app(args=args, prog_name="nafix", standalone_mode=False)
     except NafixError as exc:  # pragma: no cover - commands catch their own
         _error(exc.message)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:  # pragma: no cover
-        err.print("interrupted")
+    except (KeyboardInterrupt, typer.Abort):
+        err.print("interrupted", highlight=False)
         sys.exit(130)
+    except ce.ClickException as exc:
+        if no_args is not None and isinstance(exc, no_args):
+            text = exc.ctx.get_help()  # typer's rich help prints itself and returns ''
+            if text:
+                err.print(text, markup=False, highlight=False)
+            sys.exit(2)
+        if isinstance(exc, ce.UsageError):
+            _error(_usage_line(exc))
+            sys.exit(2)
+        _error(" ".join(exc.format_message().split()))
+        sys.exit(getattr(exc, "exit_code", 2) or 2)
+    except SystemExit:
+        raise
     except Exception:
         if _state["debug"]:
             raise
-        err.print_exception() if _state["debug"] else err.print(
-            "[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
+        err.print("[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
         sys.exit(3)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

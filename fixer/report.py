@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .api import AuditResult, ModelAnalysis
+from .results import AuditResult, FixResult, ModelAnalysis
 
 ESTIMATE_NOTE = (
     "Epoch counts, HW ratios and memory figures are estimated by nafix's placement model "
@@ -76,8 +76,11 @@ def _ok(row: dict[str, Any]) -> bool:
 
 def audit_markdown(report: dict[str, Any]) -> str:
     """Markdown rendering of the JSON audit report."""
+    from .outputs import text_mark
+
     rows = report["models"]
-    lines = [f"# nafix audit (profile {report['profile']})", "", f"_{ESTIMATE_NOTE}_", "",
+    lines = [f"# nafix audit (profile {report['profile']})", "", text_mark(report.get("nafix_version")), "",
+             f"_{ESTIMATE_NOTE}_", "",
              "| model | est. epochs | est. SW epochs | est. HW ratio | SW ops | peak activations | fits on-chip |",
              "|---|---|---|---|---|---|---|"]
     for m in rows:
@@ -352,6 +355,27 @@ def _qparams(model, node):
     return conv(np.asarray(s, dtype=np.float64)), conv(np.asarray(z).astype(np.int64)), np.asarray(z).dtype.name
 
 
+def _type_text(tp) -> str:
+    """A value type as text: numpy dtype name of a tensor, seq(...)/map(...)/optional(...) otherwise."""
+    import onnx
+
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        try:
+            return onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type).name
+        except (KeyError, ValueError, TypeError):
+            return onnx.TensorProto.DataType.Name(tp.tensor_type.elem_type).lower() if tp.tensor_type.elem_type in \
+                onnx.TensorProto.DataType.values() else "unknown"
+    if kind == "sequence_type":
+        return f"seq({_type_text(tp.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_text(tp.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = onnx.TensorProto.DataType.Name(tp.map_type.key_type).lower()
+        return f"map({key}, {_type_text(tp.map_type.value_type)})"
+    return kind or "unknown"
+
+
 def edge_io(model) -> dict[str, list[dict[str, Any]]]:
     """Graph inputs and outputs with dtype, and scale/zero_point wherever the edge is quantized:
     an int8/uint8 edge (the values are (q - zero_point) * scale), or a float edge that a
@@ -368,7 +392,7 @@ def edge_io(model) -> dict[str, list[dict[str, Any]]]:
             producers[o] = n
 
     def dtype_of(vi):
-        return onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
+        return _type_text(vi.type)
 
     def shape_of(vi):
         return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
@@ -394,9 +418,7 @@ def edge_io(model) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": ins, "outputs": outs}
 
 
-def fix_dict(result) -> dict[str, Any]:
-    from .api import FixResult  # noqa: F401  (type only)
-
+def fix_dict(result: FixResult) -> dict[str, Any]:
     before = result.before
     after = result.final
     v = result.verification

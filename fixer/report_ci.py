@@ -85,9 +85,13 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
             results.append({"ruleId": f["constraint"], "ruleIndex": idx, "level": _LEVEL.get(f["severity"], "warning"),
                             "message": {"text": _finding_message(f)}, "locations": [loc],
                             "properties": {"severity": f["severity"], "estimated": True}})
+    from .outputs import text_mark
+
     return {
         "$schema": SARIF_SCHEMA,
         "version": "2.1.0",
+        # near the top: fixer.outputs recognises the file as nafix's, so a rerun may replace it
+        "properties": {"generator": text_mark(report.get("nafix_version"))},
         "runs": [{
             "tool": {"driver": {"name": "nafix", "version": report.get("nafix_version", __version__),
                                 "rules": list(rules.values())}},
@@ -109,8 +113,11 @@ def _gh_escape_prop(s: str) -> str:
 
 def github_annotations(report: dict[str, Any]) -> str:
     """GitHub Actions workflow commands: ``::warning`` per SW node, ``::error`` per unreadable model
-    or predicted compile error / board hang, ``::notice`` per model estimate and for the zoo summary."""
-    lines = []
+    or predicted compile error / board hang, ``::notice`` per model estimate and for the zoo summary
+    (after one ``::debug::`` line naming nafix)."""
+    from .outputs import text_mark
+
+    lines = [f"::debug::{text_mark(report.get('nafix_version'))}"]  # marks a written file as nafix's
 
     def cmd(kind: str, message: str, file: str | None = None, title: str | None = None) -> None:
         props = []
@@ -178,7 +185,9 @@ def html_report(report: dict[str, Any]) -> str:
     the URL sorts the table on load (keys: model, epochs, sw_epochs, hw_ratio, peak, fits)."""
     esc = html.escape
     rows = report["models"]
-    out = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+    from .outputs import text_mark
+
+    out = ["<!DOCTYPE html>", f"<!-- {esc(text_mark(report.get('nafix_version')))} -->", "<html lang='en'><head><meta charset='utf-8'>",
            f"<title>nafix audit - profile {esc(report['profile'])}</title><style>{_CSS}</style></head><body>",
            f"<h1>nafix audit - profile {esc(report['profile'])}</h1>",
            f"<p class='note'>{esc(report.get('note', ESTIMATE_NOTE))} nafix {esc(str(report.get('nafix_version', '')))}.</p>"]

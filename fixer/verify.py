@@ -111,38 +111,79 @@ def session(model: onnx.ModelProto):
 
 
 def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
-    """The float range a QuantizeLinear right after input ``name`` can represent."""
+    """The float range a QuantizeLinear right after input ``name`` can represent (None when its
+    parameters are not a usable per-tensor scale: missing, NaN, infinite, zero, float zero-point)."""
     inits = {t.name: t for t in model.graph.initializer}
-    consts = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant"}
+    consts = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant" and n.output}
     for node in model.graph.node:
-        if node.op_type == "QuantizeLinear" and node.input[0] == name:
+        if node.op_type == "QuantizeLinear" and node.input and node.input[0] == name:
             def val(t):
-                if t in inits:
-                    return onnx.numpy_helper.to_array(inits[t])
-                if t in consts:
-                    return onnx.numpy_helper.to_array(consts[t].attribute[0].t)
+                try:
+                    if t in inits:
+                        return onnx.numpy_helper.to_array(inits[t])
+                    if t in consts and consts[t].attribute:
+                        return onnx.numpy_helper.to_array(consts[t].attribute[0].t)
+                except Exception:  # noqa: BLE001 - an odd constant just gives no range
+                    return None
                 return None
-            s = val(node.input[1])
+            s = val(node.input[1]) if len(node.input) > 1 else None
             z = val(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
-            if s is None or z is None or np.size(s) != 1:
+            if s is None or z is None or np.size(s) != 1 or np.size(z) != 1 or z.dtype.kind not in "iu":
+                return None
+            scale = float(np.asarray(s, dtype=np.float64).reshape(-1)[0])
+            if not np.isfinite(scale) or scale <= 0:
                 return None
             info = np.iinfo(z.dtype)
-            lo = (info.min - float(z.reshape(-1)[0])) * float(s.reshape(-1)[0])
-            hi = (info.max - float(z.reshape(-1)[0])) * float(s.reshape(-1)[0])
+            lo = (info.min - float(z.reshape(-1)[0])) * scale
+            hi = (info.max - float(z.reshape(-1)[0])) * scale
+            if not (np.isfinite(lo) and np.isfinite(hi) and hi - lo < 1e30):
+                return None
             return lo, hi
     return None
 
 
+def _dynamic_dims(sess) -> list[str]:
+    """'input' axis N ('sym') for every graph input dimension onnxruntime sees as dynamic."""
+    return [f"'{i.name}' axis {k} ('{d}')" if isinstance(d, str) else f"'{i.name}' axis {k}"
+            for i in sess.get_inputs() for k, d in enumerate(i.shape or ()) if not (isinstance(d, int) and d > 0)]
+
+
+def _input_dtype(i) -> type:
+    """The numpy type of an onnxruntime graph input, or an InputError for what the gate cannot feed."""
+    dtype = NP_TYPES.get(i.type)
+    if dtype is None:
+        kind = "a sequence" if i.type.startswith("seq(") else ("a map" if i.type.startswith("map(") else
+                                                                ("optional" if i.type.startswith("optional(") else i.type))
+        raise InputError(f"graph input '{i.name}' is {kind} ({i.type}); nafix's equivalence gate feeds only numeric "
+                         "tensors, so it cannot fix this model (audit works).")
+    return dtype
+
+
+def original_failed(exc: Exception, sess=None, *, what: str = "the equivalence gate") -> InputError:
+    """The error for an original model that onnxruntime rejects or cannot run on the gate's inputs:
+    one sentence naming the cause, and --input-shape where a dynamic dimension was guessed."""
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:300]
+    dyn = _dynamic_dims(sess) if sess is not None else []
+    if dyn:
+        return InputError(f"onnxruntime cannot run the original model with its dynamic dimension(s) {', '.join(dyn)} "
+                          f"set to 1 for {what} ({first}); pin them with --input-shape NAME=d0,d1,... (the shape the "
+                          "application uses).")
+    return InputError(f"onnxruntime cannot run the original model, which {what} needs ({first}).")
+
+
 def make_inputs(model: onnx.ModelProto, *, seed: int = 0, samples: int = 3) -> list[dict[str, np.ndarray]]:
     """Seeded random inputs for every graph input, in its dtype and plausible range."""
-    sess = session(model)
+    try:
+        sess = session(model)
+    except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: say so, once
+        raise original_failed(exc) from None
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(samples):
         feed = {}
         for i in sess.get_inputs():
             shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
-            dtype = NP_TYPES.get(i.type, np.float32)
+            dtype = _input_dtype(i)
             if np.dtype(dtype).kind == "f":
                 rng_ = _input_range(model, i.name) or (-1.0, 1.0)
                 feed[i.name] = rng.uniform(rng_[0], rng_[1], size=shape).astype(dtype)
@@ -159,34 +200,109 @@ def make_inputs(model: onnx.ModelProto, *, seed: int = 0, samples: int = 3) -> l
 
 
 def load_inputs_npz(path: str | Path, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
-    """Inputs from an .npz whose arrays are keyed by input name (a leading sample axis is optional)."""
+    """Inputs from an .npz whose arrays are keyed by input name (a leading sample axis is optional).
+
+    Never unpickles: an array of Python objects is refused with what is expected instead."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: --inputs file not found.")
+    data = read_npz(p, "--inputs")
     try:
-        data = dict(np.load(p, allow_pickle=False))
+        sess = session(model)
     except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{p}: not a readable .npz file ({exc}).") from None
-    sess = session(model)
+        raise original_failed(exc) from None
     feeds: list[dict[str, np.ndarray]] = []
     for i in sess.get_inputs():
         if i.name not in data:
-            raise InputError(f"{p}: has no array named '{i.name}' (it has {', '.join(data) or 'none'}).")
+            raise InputError(f"{p}: has no array named '{i.name}' (it has {', '.join(data) or 'none'}); --inputs "
+                             "needs one array per graph input, keyed by the input name.")
         arr = data[i.name]
+        dtype = _input_dtype(i)
         rank = len(i.shape)
+        if arr.ndim not in (rank, rank + 1):
+            raise InputError(f"{p}: array '{i.name}' has shape {tuple(arr.shape)}, but input '{i.name}' has rank {rank} "
+                             f"(shape {_shape_text(i.shape)}; a leading sample axis is allowed).")
         batch = [arr] if arr.ndim == rank else list(arr)
+        if not batch:
+            raise InputError(f"{p}: array '{i.name}' holds no sample (its leading axis is 0).")
+        want = [d if isinstance(d, int) and d > 0 else None for d in i.shape]
+        got = tuple(batch[0].shape)
+        if any(w is not None and w != g for w, g in zip(want, got)):
+            raise InputError(f"{p}: array '{i.name}' has samples of shape {got}, but input '{i.name}' expects "
+                             f"{_shape_text(i.shape)}.")
         for k, a in enumerate(batch):
             if len(feeds) <= k:
                 feeds.append({})
-            feeds[k][i.name] = a.astype(NP_TYPES.get(i.type, np.float32))
+            try:
+                feeds[k][i.name] = np.asarray(a).astype(dtype)
+            except (TypeError, ValueError):
+                raise InputError(f"{p}: array '{i.name}' ({a.dtype}) cannot be converted to the input's "
+                                 f"{np.dtype(dtype).name}.") from None
+    counts = {len([f for f in feeds if name in f]) for name in (i.name for i in sess.get_inputs())}
+    if len(counts) > 1:
+        raise InputError(f"{p}: the arrays hold different numbers of samples; give every input the same count.")
     return feeds
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in shape or ()) + ")"
+
+
+#: The first bytes of an .npz (a zip archive) and of a single .npy array.
+_ZIP_MAGIC = b"PK\x03\x04"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
+    """The arrays of the .npz at ``p`` (for ``option``), never unpickling; one InputError sentence for
+    a missing or unreadable file, something else than an .npz, or arrays of Python objects."""
+    import stat as _stat
+    import zipfile
+
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{p}: {option} file not found.") from None
+    except OSError as exc:
+        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    if not _stat.S_ISREG(st.st_mode):
+        raise InputError(f"{p}: {option} needs an .npz file; this is {'a folder' if _stat.S_ISDIR(st.st_mode) else 'not a regular file'}.")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    expected = "an .npz archive (numpy.savez) with one numeric array per graph input, keyed by input name"
+    if head.startswith(_NPY_MAGIC):
+        raise InputError(f"{p}: is a single .npy array, not an .npz archive; {option} needs {expected}.")
+    if not head.startswith(_ZIP_MAGIC):
+        raise InputError(f"{p}: is not an .npz archive (it does not start like a zip file); {option} needs {expected}.")
+    out: dict[str, np.ndarray] = {}
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            for key in z.files:
+                try:
+                    out[key] = z[key]
+                except ValueError as exc:
+                    if "pickle" in str(exc).lower() or "object" in str(exc).lower():
+                        raise InputError(f"{p}: array '{key}' holds Python objects (dtype=object), which nafix never "
+                                         f"loads; {option} needs {expected}.") from None
+                    raise
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:200]
+        raise InputError(f"{p}: not a readable .npz archive ({first}); {option} needs {expected}.") from None
+    for key, arr in out.items():
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"{p}: array '{key}' has dtype {arr.dtype}, not numbers; {option} needs {expected}.")
+    return out
 
 
 def quantize_like_ort(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     """QuantizeLinear as onnxruntime computes it: round half to even, saturate."""
     info = np.iinfo(np.dtype(dtype))
-    q = np.rint(x.astype(np.float32) / np.float32(scale)) + zp
-    return np.clip(q, info.min, info.max).astype(dtype)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # a NaN/zero scale fails the gate, quietly
+        q = np.rint(x.astype(np.float32) / np.float32(scale)) + zp
+        return np.clip(q, info.min, info.max).astype(dtype)
 
 
 def dequantize(q: np.ndarray, scale, zp) -> np.ndarray:
@@ -284,7 +400,10 @@ def verify(
     both = _tensor_names(original) & _tensor_names(fixed)
     boundaries = [b for b in boundaries if b.tensor in both and b.tensor not in orig_names]
     extra = sorted({b.tensor for b in boundaries})
-    s_orig = session(_with_outputs(original, extra))
+    try:
+        s_orig = session(_with_outputs(original, extra))
+    except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
+        raise original_failed(exc) from None
     try:
         s_fix = session(_with_outputs(fixed, extra))
     except Exception as exc:  # noqa: BLE001 - a rewrite that onnxruntime rejects fails the gate, not nafix
@@ -305,14 +424,23 @@ def verify(
     acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in names + extra}
     fixed_inputs = {i.name for i in s_fix.get_inputs()}
     for feed in feeds:
-        ref = s_orig.run(names + extra, dict(feed))
+        try:
+            ref = s_orig.run(names + extra, dict(feed))
+        except Exception as exc:  # noqa: BLE001 - e.g. a dynamic dimension the gate had to guess
+            raise original_failed(exc, s_orig) from None
         ffeed = {}
         for k, v in feed.items():
             if k not in fixed_inputs:
                 continue
             ch = in_changes.get(k)
             ffeed[k] = quantize_like_ort(v, _scalar(ch.scale), _scalar(ch.zero_point), ch.dtype) if ch else v
-        got = s_fix.run(names + extra, ffeed)
+        try:
+            got = s_fix.run(names + extra, ffeed)
+        except Exception as exc:  # noqa: BLE001 - a rewrite onnxruntime cannot run fails the gate, not nafix
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:300]
+            check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
+                                f"the rewritten model fails in onnxruntime: {first}")
+            return Verification(False, contract, list(rules), [check], src, len(feeds))
         for n, r, g in zip(names + extra, ref, got):
             ch = out_changes.get(n)
             if ch is not None:
@@ -366,11 +494,14 @@ def _isolated_boundaries(original, fixed, boundaries, feeds, in_changes) -> dict
     orig_names = _tensor_names(original) | {i.name for i in original.graph.input}
     fixed_names = _tensor_names(fixed) | {i.name for i in fixed.graph.input}
     capture = sorted({t for b in wanted for t in b.inputs if t in orig_names} | {b.tensor for b in wanted})
-    s_orig = session(_with_outputs(original, capture))
     captured: list[dict[str, np.ndarray]] = []
-    for feed in feeds:
-        vals = s_orig.run(capture, dict(feed))
-        captured.append({**{k: v for k, v in feed.items()}, **dict(zip(capture, vals))})
+    try:
+        s_orig = session(_with_outputs(original, capture))
+        for feed in feeds:
+            vals = s_orig.run(capture, dict(feed))
+            captured.append({**{k: v for k, v in feed.items()}, **dict(zip(capture, vals))})
+    except Exception:  # noqa: BLE001 - fall back to the whole-model comparison
+        return out
     try:
         extractor = Extractor(prepare_for_runtime(fixed))
     except Exception:  # noqa: BLE001 - fall back to the whole-model comparison
@@ -388,9 +519,12 @@ def _isolated_boundaries(original, fixed, boundaries, feeds, in_changes) -> dict
         if any(n not in captured[0] for n in need):
             continue
         ref, got = [], []
-        for vals in captured:
-            ref.append(np.asarray(vals[b.tensor]).reshape(-1))
-            got.append(np.asarray(sess.run([b.tensor], {n: vals[n] for n in need})[0]).reshape(-1))
+        try:
+            for vals in captured:
+                ref.append(np.asarray(vals[b.tensor]).reshape(-1))
+                got.append(np.asarray(sess.run([b.tensor], {n: vals[n] for n in need})[0]).reshape(-1))
+        except Exception:  # noqa: BLE001 - left to the whole-model comparison
+            continue
         out[b.tensor] = (np.concatenate(ref), np.concatenate(got))
     return out
 

@@ -112,3 +112,25 @@ def test_cli_write_then_compare(tmp_path, capsys, monkeypatch):
     assert "2 finding(s) new or worse than the baseline b.json" in err
     missing = run(["audit", "m.onnx", "--baseline", "nope.json"], capsys)
     assert missing[0] == 2 and "baseline file not found" in missing[2]
+
+
+def test_write_baseline_refreshes_its_own_file_but_never_a_foreign_one(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save(softmax_chain(1), tmp_path / "m.onnx")
+    assert run(["audit", "m.onnx", "--write-baseline", "b.json"], capsys)[0] == 0
+    save(softmax_chain(2), tmp_path / "m.onnx")
+    assert run(["audit", "m.onnx", "--write-baseline", "b.json"], capsys)[0] == 0  # nafix's own file: refreshed
+    assert list(json.loads((tmp_path / "b.json").read_text())["models"]["m.onnx"]["sw_nodes"]) == ["softmax0", "softmax1"]
+    (tmp_path / "notes.json").write_text('{"mine": true}\n')
+    code, out, err = run(["audit", "m.onnx", "--write-baseline", "notes.json"], capsys)
+    assert code == 2 and "not written by nafix" in err and len(err.splitlines()) == 1
+    assert (tmp_path / "notes.json").read_text() == '{"mine": true}\n'
+
+
+@pytest.mark.parametrize("fmt", ["sarif", "html", "github", "markdown", "json", "table"])
+def test_every_format_can_rewrite_its_own_output(tmp_path, capsys, fmt):
+    save(softmax_chain(1), tmp_path / "m.onnx")
+    dest = tmp_path / f"report.{fmt}"
+    for _ in range(2):
+        code, out, err = run(["audit", tmp_path / "m.onnx", "-f", fmt, "-o", dest], capsys)
+        assert code == 0 and f"wrote {dest}" in err, err

@@ -7,9 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
-from ..errors import ProfileError
+from ..errors import ProfileError, read_yaml
 
 TAGS = {
     "DOC": "ST documentation",
@@ -129,24 +128,23 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.is_file():
             raise ProfileError(f"{p}: target profile file not found.")
-        text = p.read_text(encoding="utf-8")
         where = str(p)
+        data = read_yaml(p, where, ProfileError)
     else:
         res = resources.files("fixer.npu") / "profiles" / f"{spec}.yaml"
         if not res.is_file():
             raise ProfileError(f"unknown target profile '{spec}' (built in: stm32n6); pass a YAML file path instead.")
-        text = res.read_text(encoding="utf-8")
         where = f"<built-in {spec}.yaml>"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{where}: not valid YAML ({exc}).") from None
+        data = read_yaml(res.read_text(encoding="utf-8"), where, ProfileError)
     unknown = set(options) - KNOWN_OPTIONS
     if unknown:
         raise ProfileError(
             f"unknown stedgeai option(s) {', '.join(sorted(unknown))}; nafix models {', '.join(sorted(KNOWN_OPTIONS))}."
         )
-    return parse_profile(data, where, options=options)
+    try:
+        return parse_profile(data, where, options=options)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        raise ProfileError(f"{where}: a value has the wrong type or shape ({type(exc).__name__}: {exc}).") from None
 
 
 #: stedgeai/atonn options that change where ops run (NEURAL_ART.md s1, 3P).

@@ -1,6 +1,6 @@
 """Baselines: today's findings per model, so CI fails only on what is new or worse.
 
-A baseline file is JSON: ``{"schema": "nafix-baseline/1", "nafix_version", "profile", "models":
+A baseline file is JSON: ``{"nafix_version", "schema": "nafix-baseline/1", "profile", "models":
 {PATH: {"sha256", "sw_nodes": {NODE: {"op_type", "constraints", "reasons"}}, "hw_ratio",
 "fits_on_chip", "compile_errors": [constraint id]}}}``. Paths are POSIX, relative to the current
 folder when the model lies under it (the form pre-commit passes).
@@ -47,7 +47,8 @@ def make_baseline(report: dict[str, Any]) -> dict[str, Any]:
     """A baseline from an audit report (models that could not be analysed are left out)."""
     models = {baseline_path_key(r["path"]): _entry(r) for r in report["models"]
               if not r.get("error") and r.get("estimate") is not None}
-    return {"schema": SCHEMA, "nafix_version": __version__, "profile": report["profile"],
+    # "nafix_version" first: fixer.outputs recognises the file as nafix's, so a rerun may refresh it
+    return {"nafix_version": __version__, "schema": SCHEMA, "profile": report["profile"],
             "models": dict(sorted(models.items()))}
 
 

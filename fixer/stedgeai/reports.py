@@ -1,15 +1,5 @@
-"""Find and run ST Edge AI Core (``stedgeai``), and read what it writes.
-
-ST Edge AI Core is proprietary and may not be installed; everything here that does not start a
-process is a pure function on text or JSON, so reports produced elsewhere can be read too.
-
-* Discovery: :func:`find_stedgeai` and :func:`stedgeai_version`.
-* Running: :func:`run_generate` starts ``stedgeai generate --target stm32n6 --st-neural-art``
-  without a shell, streams every log line, enforces a timeout, and parses the results.
-* Parsers: :func:`parse_report` (both report formats), :func:`parse_c_info`
-  (``network_c_info.json``), :func:`parse_epoch_csv` (atonn's per-epoch CSV).
-* Known errors: :func:`explain` recognises the compiler failures listed in ``KNOWN_ERROR_PATTERNS``
-  and says what to do about each.
+"""Parsers of what stedgeai writes, pure functions on text or JSON: :func:`parse_report` (both report
+formats), :func:`parse_c_info` (``network_c_info.json``), :func:`parse_epoch_csv` (atonn's per-epoch CSV).
 
 ST says the report format "is subject to changes", so the parsers read values by their labels
 (``Total number of epochs``, ``>> pure software (SW) epochs``, table headers), never by column
@@ -22,166 +12,25 @@ import csv
 import io
 import json
 import logging
-import os
-import queue
 import re
-import shutil
-import signal
-import subprocess
-import sys
-import threading
-import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from .errors import InputError, ToolError, UsageError
-
-__all__ = [
-    "CInfo",
-    "CInfoBuffer",
-    "CInfoEpoch",
-    "CInfoPool",
-    "CompileResult",
-    "EpochCsv",
-    "EpochRow",
-    "IoInfo",
-    "KNOWN_ERROR_PATTERNS",
-    "KnownError",
-    "KnownErrorPattern",
-    "PoolUsage",
-    "StedgeaiReport",
-    "explain",
-    "find_stedgeai",
-    "load_c_info",
-    "load_report",
-    "parse_c_info",
-    "parse_epoch_csv",
-    "parse_report",
-    "parse_version",
-    "run_generate",
-    "stedgeai_version",
-]
+from ..errors import InputError
+from .locate import parse_version
 
 log = logging.getLogger(__name__)
 
 EpochKind = Literal["HW", "SW", "EC", "HYBRID", "UNKNOWN"]
+
 """Where an epoch runs: ``HW`` NPU, ``EC`` NPU driven by the epoch controller, ``SW`` Cortex-M55,
 ``HYBRID`` both, ``UNKNOWN`` a row the report marks ``??`` (seen in core 2.2.0 reports)."""
 
 CInfoKind = Literal["HW", "SW", "EC", "HYBRID", "NO_X", "UNKNOWN"]
+
 """Kind of a ``network_c_info.json`` epoch; ``NO_X`` is ``NODE_NO_X`` (not executed)."""
-
-# ---------------------------------------------------------------------------------------------
-# Discovery
-# ---------------------------------------------------------------------------------------------
-
-#: ``sys.platform`` prefix -> (folder under ``$STEDGEAI_CORE_DIR/Utilities``, executable name),
-#: as ST Edge AI Core lays out its installation (``Utilities/windows/stedgeai.exe`` is OBS in a
-#: published log; ``linux`` OBS in published paths; ``mac`` DOC).
-_UTILITIES_FOLDERS: tuple[tuple[str, str, str], ...] = (
-    ("linux", "linux", "stedgeai"),
-    ("win32", "windows", "stedgeai.exe"),
-    ("cygwin", "windows", "stedgeai.exe"),
-    ("darwin", "mac", "stedgeai"),
-)
-
-_VERSION_RE = re.compile(r"ST Edge AI Core\s+v?(?P<version>\d+\.\d+\.\d+(?:-\d+)?)")
-
-
-def _utilities_folder(platform: str) -> tuple[str, str]:
-    for prefix, folder, exe in _UTILITIES_FOLDERS:
-        if platform.startswith(prefix):
-            return folder, exe
-    return "linux", "stedgeai"
-
-
-def find_stedgeai(
-    explicit: str | Path | None = None,
-    env: Mapping[str, str] | None = None,
-    *,
-    platform: str | None = None,
-) -> Path | None:
-    """Locate the ``stedgeai`` executable, or return None when it is not installed.
-
-    The search order is: the ``explicit`` path when given (it must exist: a missing explicit
-    path is an error, not a reason to look elsewhere), then
-    ``$STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai`` (``<os>`` is ``linux``, ``windows`` with
-    ``stedgeai.exe``, or ``mac``), then ``stedgeai`` on ``PATH``. ``env`` replaces ``os.environ``
-    for the last two steps (``PATH`` included); ``platform`` replaces ``sys.platform``.
-    """
-    if explicit is not None:
-        path = Path(explicit).expanduser()
-        if not path.exists():
-            raise ToolError(f"The stedgeai executable given as '{explicit}' does not exist.")
-        if path.is_dir():
-            raise ToolError(
-                f"The stedgeai path '{explicit}' is a folder; give the executable itself, e.g. "
-                f"'{path / 'Utilities' / _utilities_folder(platform or sys.platform)[0]}"
-                f"/{_utilities_folder(platform or sys.platform)[1]}'."
-            )
-        if os.name == "posix" and not os.access(path, os.X_OK):
-            raise ToolError(f"The stedgeai file '{explicit}' exists but is not executable.")
-        log.debug("stedgeai: using the explicit path %s", path)
-        return path
-
-    environ: Mapping[str, str] = os.environ if env is None else env
-    folder, exe = _utilities_folder(platform or sys.platform)
-    core_dir = environ.get("STEDGEAI_CORE_DIR")
-    if core_dir:
-        candidate = Path(core_dir).expanduser() / "Utilities" / folder / exe
-        if candidate.is_file():
-            log.debug("stedgeai: found %s through STEDGEAI_CORE_DIR", candidate)
-            return candidate
-        log.warning(
-            "STEDGEAI_CORE_DIR is set to '%s' but '%s' does not exist; looking on PATH instead.",
-            core_dir,
-            candidate,
-        )
-    found = shutil.which("stedgeai", path=environ.get("PATH", ""))
-    if found:
-        log.debug("stedgeai: found %s on PATH", found)
-        return Path(found)
-    return None
-
-
-def parse_version(text: str) -> str | None:
-    """Return the version in a line like ``ST Edge AI Core v2.1.0-20194 329b0e98d``
-    (``"2.1.0-20194"``), or None when the text has no such line."""
-    match = _VERSION_RE.search(text)
-    return match.group("version") if match else None
-
-
-def stedgeai_version(path: str | Path, *, timeout: float = 60.0) -> str:
-    """Run ``stedgeai --version`` and return its version, e.g. ``"2.1.0-20194"``."""
-    try:
-        done = subprocess.run(
-            [str(path), "--version"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise ToolError(f"'{path} --version' did not finish within {timeout:g} s.") from exc
-    except OSError as exc:
-        raise ToolError(f"'{path}' could not be started: {exc.strerror or exc}.") from exc
-    text = (done.stdout or "") + (done.stderr or "")
-    version = parse_version(text)
-    if version is None:
-        first = next((line.strip() for line in text.splitlines() if line.strip()), "")
-        raise ToolError(
-            f"'{path} --version' (exit code {done.returncode}) did not print a line like "
-            f"'ST Edge AI Core v2.1.0-20194'; its first line was '{first[:200]}'."
-        )
-    return version
-
-
-# ---------------------------------------------------------------------------------------------
-# Report (network_generate_report.txt / console summary)
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -301,31 +150,44 @@ _FORMAT_A_TOTAL = re.compile(
     r"Total number of epochs\s*:\s*(?P<epochs>\d+)\s+of which\s+(?P<sw>\d+)\s+implemented in software",
     re.IGNORECASE,
 )
+
 _FORMAT_B_TOTAL = re.compile(r"^\s*Total number of epochs\s+(?P<epochs>\d+)\s*$", re.I | re.M)
+
 _FORMAT_B_COUNTER = re.compile(
     r"^\s*>>\s*(?P<label>.*?\S)\s+(?P<n>\d+)\s*(?:\((?P<note>[^)]*)\))?\s*$", re.M
 )
+
 _EC_BLOBS = re.compile(r"implemented in\s+(\d+)\s+epoch controller", re.I)
+
 _FORMAT_A_ROW = re.compile(r"^\s*epoch\s+(?P<id>\d+)\s+(?P<kind>\S+)(?P<rest>.*)$", re.I)
+
 _TABLE_ID_SINGLE = re.compile(r"^epoch[_\s]*(?P<id>\d+)$", re.I)
+
 _TABLE_ID_RANGE = re.compile(r"^epochs?\s*(?P<first>\d+)\s*->\s*(?P<last>\d+)$", re.I)
+
 _MEMORY_LINE = re.compile(
     r"^\s*(?P<name>[A-Za-z_][\w.]*)\s*\[\s*0x(?P<start>[0-9A-Fa-f]+)\s*-\s*0x(?P<end>[0-9A-Fa-f]+)\s*\]\s*:"
     r"\s*(?P<used>[\d.,]+)\s*(?P<used_unit>[kKMG]?B)\s*/\s*(?P<total>[\d.,]+)\s*(?P<total_unit>[kKMG]?B)"
     r"(?P<rest>.*)$"
 )
+
 _MEMORY_PART = r"{label}\s*:\s*(?P<value>[\d.,]+)\s*(?P<unit>[kKMG]?B)"
+
 _IO_LINE = re.compile(
     r"^\s*(?P<dir>input|output)\s+(?P<index>\d+)\s*/\s*(?P<count>\d+)\s*:\s*'(?P<name>[^']*)'\s*,"
     r"\s*(?P<dtype>[A-Za-z]\w*)\s*\((?P<shape>[^)]*)\)\s*,\s*(?P<size>[\d.,]+)\s*(?P<unit>[A-Za-z]+)"
     r"(?P<rest>.*)$",
     re.I,
 )
+
 _QLINEAR = re.compile(
     r"QLinear\(\s*(?P<scale>[-+\d.eE]+)\s*,\s*(?P<zp>[-+]?\d+)\s*(?:,\s*(?P<qtype>\w+)\s*)?\)", re.I
 )
+
 _COMPILER_VERSION = re.compile(r"^\s*Compiler version\s*:\s*(?P<v>\S+)", re.I | re.M)
+
 _PARAMETERS = re.compile(r"^\s*Parameters\s*:\s*(?P<cmd>.+?)\s*$", re.I | re.M)
+
 _COMMAND_LINE = re.compile(
     r"^\s*(?P<cmd>\S*stedgeai(?:\.exe)?\s+(?:generate|analyze|validate)\b.*?)\s*$", re.I | re.M
 )
@@ -595,10 +457,6 @@ def load_report(path: str | Path) -> StedgeaiReport:
     return parse_report(text, source=str(path))
 
 
-# ---------------------------------------------------------------------------------------------
-# network_c_info.json
-# ---------------------------------------------------------------------------------------------
-
 _MAPPING_KINDS: Mapping[str, CInfoKind] = {
     "NODE_HW": "HW",
     "NODE_SW": "SW",
@@ -611,8 +469,11 @@ _MAPPING_KINDS: Mapping[str, CInfoKind] = {
 }
 
 _NODE_KIND_DESCRIPTION = re.compile(r"Node kind\s*=\s*(?P<kind>\w+)", re.I)
+
 _EC_BLOB_DESCRIPTION = re.compile(r"Epoch Controller\s+(?P<blob>\S+)", re.I)
+
 _EPOCH_NAME = re.compile(r"epoch_(?P<id>\d+)$")
+
 _BOOKKEEPING_OPS = frozenset({"Param", "Return"})
 
 
@@ -859,11 +720,6 @@ def load_c_info(path: str | Path) -> CInfo:
     return parse_c_info(data, source=str(path))
 
 
-# ---------------------------------------------------------------------------------------------
-# Per-epoch CSV (atonn --csv-file)
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class EpochCsv:
     """A per-epoch CSV read by its header names.
@@ -935,474 +791,3 @@ def parse_epoch_csv(text: str, *, source: str = "the epoch CSV") -> EpochCsv:
     if not any(header) or all(re.fullmatch(r"[-+\d.eE]*", h) for h in header):
         raise InputError(f"{source} has no header row (its first row is {', '.join(header)[:120]}).")
     return EpochCsv(columns=header, rows=tuple(tuple(row) for row in table[1:] if any(row)))
-
-
-# ---------------------------------------------------------------------------------------------
-# Known errors
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class KnownError:
-    """A compiler failure (or warning) nafix recognises in a stedgeai/atonn log.
-
-    ``details`` carries what was captured (tensor names, node, bytes) and, where one applies,
-    the nafix ``rule`` and command-line ``option`` that address it. ``tag`` is the provenance of
-    the explanation (OBS, 3P, INF as in NEURAL_ART.md). Because ``details`` is a dict, a
-    KnownError compares by value but cannot be hashed.
-    """
-
-    code: str
-    cause: str
-    fix: str
-    evidence_line: str
-    details: Mapping[str, Any] = field(default_factory=dict)
-    tag: str = "3P"
-
-
-@dataclass(frozen=True)
-class KnownErrorPattern:
-    """One entry of the known-error table: how to spot it and what to say."""
-
-    code: str
-    regex: re.Pattern[str]
-    cause: str
-    fix: str
-    tag: str
-    rule: str | None = None
-    option: str | None = None
-    per_match: bool = False
-    """True: one KnownError per distinct match (e.g. per node); False: one for the whole log."""
-
-
-KNOWN_ERROR_PATTERNS: tuple[KnownErrorPattern, ...] = (
-    KnownErrorPattern(
-        code="mpool-json-error",
-        regex=re.compile(r"memory pool JSON ERROR", re.I),
-        cause="atonn could not parse the .mpool memory-pool file; it reads it with a strict JSON "
-        "parser that rejects // comments and non-ASCII text, and any 'total bytes left "
-        "unallocated' figure printed after this is meaningless",
-        fix="remove comments and trailing commas from the .mpool file (nafix's own loader accepts "
-        "them; atonn does not)",
-        tag="3P",
-    ),
-    KnownErrorPattern(
-        code="uint8-activations",
-        regex=re.compile(r"quantized unsigned integer format is not supported", re.I),
-        cause="the model has uint8 (QUInt8) activations; the Neural-ART NPU accepts signed int8 "
-        "only",
-        fix="re-quantize activations to int8 (QDQ, activation_type=QInt8, per-channel int8 "
-        "weights)",
-        tag="3P",
-        option="--quantize",
-    ),
-    KnownErrorPattern(
-        code="gemm-dynamic-bias",
-        regex=re.compile(r"TOOL ERROR:\s*list index out of range", re.I),
-        cause="a Gemm has a bias C that is not a constant, which the importer cannot lower",
-        fix="unfuse the Gemm into MatMul + Add",
-        tag="3P",
-        rule="NAF011",
-    ),
-    KnownErrorPattern(
-        code="shape-computation",
-        regex=re.compile(
-            r"TOOL ERROR:\s*Error in computation of shapes(?:\s+for node\s+(?P<node>\S+))?", re.I
-        ),
-        cause="a tensor has a dynamic or unsupported shape (symbolic dimensions, or rank > 4)",
-        fix="pin every input shape with --input-shape NAME=1x3x224x224 and keep tensors at rank 4 "
-        "or less",
-        tag="3P",
-        option="--input-shape",
-    ),
-    KnownErrorPattern(
-        code="channel-position",
-        regex=re.compile(r"INTERNAL ERROR:\s*Mismatch in channel position", re.I),
-        cause="the front end could not agree on channel-first vs channel-last for an I/O tensor "
-        "(also seen with a Transpose of a runtime tensor)",
-        fix="state the layout with stedgeai --inputs-ch-position / --outputs-ch-position "
-        "(chfirst or chlast), or remove the runtime Transpose",
-        tag="3P",
-    ),
-    KnownErrorPattern(
-        code="atonn-crash",
-        regex=re.compile(r"signo\s*=\s*11\b", re.I),
-        cause="the NPU compiler atonn crashed (segmentation fault); known causes include rank-5 "
-        "tensors",
-        fix="reshape rank-5 tensors to rank 4 or less and re-run; report the model to ST if the "
-        "crash remains",
-        tag="3P",
-    ),
-    KnownErrorPattern(
-        code="memory-overflow",
-        regex=re.compile(
-            r"Oauto did not find valid compile options:\s*aborting|total bytes left unallocated\s*=\s*\d+",
-            re.I,
-        ),
-        cause="the activations do not fit the memory pools of the Neural-ART profile",
-        fix="use a profile with external RAM (e.g. hyperRAM), or reduce the input size or the "
-        "largest activation",
-        tag="3P",
-    ),
-    KnownErrorPattern(
-        code="not-quantized",
-        regex=re.compile(r"WARNING:\s*(?P<tensor>\S+)\s+is not quantized", re.I),
-        cause="tensors without quantization parameters stay float, so the ops around them run in "
-        "SW as DequantizeLinear -> op -> QuantizeLinear",
-        fix="quantize the float island (QDQ around the op)",
-        tag="OBS",
-        option="--quantize",
-    ),
-    KnownErrorPattern(
-        code="scale-offset-sw",
-        regex=re.compile(
-            r"HW lowering not done for\s+(?P<op>\w+)\s+node\s*=\s*(?P<node>[^\s,]+)\s+because output "
-            r"tensor\s*\(id\s*=\s*(?P<tensor_id>\d+)\)\s*has scale-offset format",
-            re.I,
-        ),
-        cause="the op's output has a non-zero zero-point ('scale-offset format') and the compiler "
-        "lowered it to SW; the exact trigger is unknown (seen on 1x1 Conv/Gemm with 257 channels)",
-        fix="re-quantize that output with zero-point 0 (NAF013) or split its channel count (NAF001)",
-        tag="OBS",
-        rule="NAF013",
-        per_match=True,
-    ),
-)
-"""The known-error table: the one place these strings and their advice live."""
-
-_UNALLOCATED = re.compile(r"total bytes left unallocated\s*=\s*(?P<n>\d+)", re.I)
-
-
-def _line_at(text: str, position: int) -> str:
-    start = text.rfind("\n", 0, position) + 1
-    end = text.find("\n", position)
-    return text[start : end if end >= 0 else len(text)].strip()
-
-
-def explain(text: str) -> tuple[KnownError, ...]:
-    """Recognise known compiler failures in a stedgeai/atonn log, in order of first appearance.
-
-    Each pattern of :data:`KNOWN_ERROR_PATTERNS` yields one KnownError for the whole log (the
-    'not quantized' warning collects every tensor name), except per-node ones such as
-    ``scale-offset-sw`` (one per node). When an .mpool parse error is present, the
-    memory-overflow entry is dropped: atonn prints it as a rollback, not about the layout.
-    """
-    found: list[tuple[int, KnownError]] = []
-    mpool_broken = any(p.code == "mpool-json-error" and p.regex.search(text) for p in KNOWN_ERROR_PATTERNS)
-    for pattern in KNOWN_ERROR_PATTERNS:
-        matches = list(pattern.regex.finditer(text))
-        if not matches:
-            continue
-        if pattern.code == "memory-overflow" and mpool_broken:
-            continue
-        base: dict[str, Any] = {}
-        if pattern.rule:
-            base["rule"] = pattern.rule
-        if pattern.option:
-            base["option"] = pattern.option
-        if pattern.per_match:
-            seen: set[tuple[str, ...]] = set()
-            for match in matches:
-                captured = {k: v for k, v in match.groupdict().items() if v is not None}
-                key = tuple(sorted(captured.items()))  # type: ignore[arg-type]
-                if key in seen:
-                    continue
-                seen.add(key)
-                details = {**base, **captured}
-                if "tensor_id" in details:
-                    details["tensor_id"] = int(details["tensor_id"])
-                if pattern.code == "scale-offset-sw":
-                    details["alternative_rule"] = "NAF001"
-                found.append((match.start(), KnownError(
-                    code=pattern.code, cause=pattern.cause, fix=pattern.fix,
-                    evidence_line=_line_at(text, match.start()), details=details, tag=pattern.tag,
-                )))
-            continue
-        first = matches[0]
-        details = dict(base)
-        evidence = _line_at(text, first.start())
-        if pattern.code == "not-quantized":
-            tensors = tuple(dict.fromkeys(m.group("tensor") for m in matches))
-            details["tensors"] = tensors
-            details["count"] = len(tensors)
-        elif pattern.code == "memory-overflow":
-            unallocated = _UNALLOCATED.search(text)
-            if unallocated:
-                details["unallocated_bytes"] = int(unallocated.group("n"))
-                evidence = _line_at(text, unallocated.start())
-        elif pattern.code == "shape-computation":
-            nodes = tuple(dict.fromkeys(m.group("node") for m in matches if m.group("node")))
-            if nodes:
-                details["nodes"] = nodes
-        found.append((first.start(), KnownError(
-            code=pattern.code, cause=pattern.cause, fix=pattern.fix,
-            evidence_line=evidence, details=details, tag=pattern.tag,
-        )))
-    found.sort(key=lambda item: item[0])
-    return tuple(error for _, error in found)
-
-
-# ---------------------------------------------------------------------------------------------
-# Running stedgeai generate
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompileResult:
-    """The outcome of one ``stedgeai generate`` run.
-
-    ``ok`` is True when stedgeai exited with code 0. ``known_errors`` is filled on success too
-    (warnings such as 'is not quantized' appear in successful logs). ``problems`` lists
-    sentences about results that could not be read (a missing report, a malformed c_info).
-    """
-
-    ok: bool
-    returncode: int
-    command: tuple[str, ...]
-    log: str
-    duration_s: float
-    output_dir: Path
-    workspace_dir: Path
-    report: StedgeaiReport | None = None
-    report_path: Path | None = None
-    c_info: CInfo | None = None
-    c_info_path: Path | None = None
-    epoch_csv: EpochCsv | None = None
-    epoch_csv_path: Path | None = None
-    known_errors: tuple[KnownError, ...] = ()
-    problems: tuple[str, ...] = ()
-
-
-def _generate_command(
-    tool: Path, model: Path, output_dir: Path, workspace_dir: Path, profile: str | None,
-    extra_args: Sequence[str],
-) -> list[str]:
-    # Option names as printed on the "Parameters" line of real reports:
-    #   generate -m MODEL --target stm32n6 --st-neural-art [NAME@FILE.json] --output DIR --workspace DIR
-    # stedgeai itself passes "--output-info-file c_info.json" to atonn and writes
-    # network_c_info.json to the output folder, so no option is needed for it.
-    command = [str(tool), "generate", "-m", str(model), "--target", "stm32n6", "--st-neural-art"]
-    if profile:
-        command.append(profile)
-    command += ["--output", str(output_dir), "--workspace", str(workspace_dir)]
-    command += [str(arg) for arg in extra_args]
-    return command
-
-
-def _kill_process_tree(process: subprocess.Popen[str]) -> None:
-    """Stop the process and everything it started (atonn runs as a child of stedgeai)."""
-    if process.poll() is not None:
-        return
-    try:
-        if os.name == "posix":
-            os.killpg(process.pid, signal.SIGKILL)
-        else:  # pragma: no cover - Windows
-            subprocess.run(
-                ["taskkill", "/F", "/T", "/PID", str(process.pid)], capture_output=True, check=False
-            )
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        process.kill()
-    except OSError:
-        pass
-
-
-def _pump(stream: io.TextIOBase, lines: queue.Queue[str | None]) -> None:
-    try:
-        for line in stream:
-            lines.put(line.rstrip("\r\n"))
-    except (OSError, ValueError):
-        pass
-    finally:
-        lines.put(None)
-
-
-def _find_first(folders: Sequence[Path], patterns: Sequence[str]) -> Path | None:
-    for pattern in patterns:
-        for folder in folders:
-            if not folder.is_dir():
-                continue
-            hits = sorted(folder.rglob(pattern), key=lambda p: (len(p.parts), str(p)))
-            if hits:
-                return hits[0]
-    return None
-
-
-def run_generate(
-    *,
-    tool: Path,
-    model: Path,
-    workdir: Path,
-    profile: str | None = None,
-    extra_args: Sequence[str] = (),
-    timeout_s: float = 900,
-    on_line: Callable[[str], None] | None = None,
-    env: Mapping[str, str] | None = None,
-) -> CompileResult:
-    """Compile ``model`` with ``stedgeai generate --target stm32n6 --st-neural-art [profile]``.
-
-    Outputs go to ``workdir/output`` and ``workdir/workspace``; the process runs with ``workdir``
-    as its current folder, so nothing is written next to the model. Every stdout/stderr line is
-    passed to ``on_line`` as it arrives. ``profile`` is ``NAME@FILE.json`` or None for ST's
-    default; ``extra_args`` are appended verbatim; ``env`` replaces the environment.
-
-    Returns a CompileResult; ``ok=False`` with the log and the recognised known errors when
-    stedgeai fails. Raises ToolError when stedgeai cannot be started or does not finish within
-    ``timeout_s`` seconds (the whole process group is killed first), InputError when the model
-    does not exist, and UsageError when ``workdir`` is the model's own folder.
-    """
-    tool = Path(tool)
-    if tool.exists():
-        tool = tool.absolute()  # the process runs in workdir, so a relative path would break
-    model = Path(model)
-    workdir = Path(workdir)
-    if not model.is_file():
-        raise InputError(f"The model {model} does not exist or is not a file.")
-    if workdir.exists() and not workdir.is_dir():
-        raise UsageError(f"The work folder {workdir} exists and is not a folder.")
-    if workdir.resolve() == model.resolve().parent:
-        raise UsageError(
-            f"The work folder {workdir} is the model's own folder; give a separate folder so "
-            "stedgeai writes nothing next to the model."
-        )
-    if timeout_s <= 0:
-        raise UsageError(f"The stedgeai timeout must be positive, got {timeout_s:g} s.")
-    output_dir = workdir / "output"
-    workspace_dir = workdir / "workspace"
-    output_dir.mkdir(parents=True, exist_ok=True)
-    workspace_dir.mkdir(parents=True, exist_ok=True)
-    command = _generate_command(
-        tool, model.resolve(), output_dir.resolve(), workspace_dir.resolve(), profile, extra_args
-    )
-    log.info("running: %s", subprocess.list2cmdline(command))
-
-    popen_kwargs: dict[str, Any] = {}
-    if os.name == "posix":
-        popen_kwargs["start_new_session"] = True
-    else:  # pragma: no cover - Windows
-        popen_kwargs["creationflags"] = subprocess.CREATE_NEW_PROCESS_GROUP  # type: ignore[attr-defined]
-    started = time.monotonic()
-    try:
-        process = subprocess.Popen(
-            command,
-            cwd=str(workdir),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            errors="replace",
-            bufsize=1,
-            env=dict(env) if env is not None else None,
-            **popen_kwargs,
-        )
-    except OSError as exc:
-        raise ToolError(f"stedgeai could not be started from '{tool}': {exc.strerror or exc}.") from exc
-
-    lines: queue.Queue[str | None] = queue.Queue()
-    readers = [
-        threading.Thread(target=_pump, args=(stream, lines), daemon=True)
-        for stream in (process.stdout, process.stderr)
-    ]
-    for reader in readers:
-        reader.start()
-    collected: list[str] = []
-    open_streams = len(readers)
-    deadline = started + timeout_s
-    try:
-        while open_streams:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError
-            try:
-                line = lines.get(timeout=min(remaining, 0.5))
-            except queue.Empty:
-                continue
-            if line is None:
-                open_streams -= 1
-                continue
-            collected.append(line)
-            if on_line is not None:
-                on_line(line)
-        returncode = process.wait(timeout=max(0.1, deadline - time.monotonic()))
-    except (TimeoutError, subprocess.TimeoutExpired):
-        _kill_process_tree(process)
-        process.wait()
-        last = next((line for line in reversed(collected) if line.strip()), "")
-        raise ToolError(
-            f"stedgeai did not finish within {timeout_s:g} s and was stopped; its partial output "
-            f"is in {workdir} (last line: '{last[:200]}')."
-        ) from None
-    except BaseException:
-        _kill_process_tree(process)
-        process.wait()
-        raise
-    finally:
-        for reader in readers:
-            reader.join(timeout=2)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
-    duration = time.monotonic() - started
-    text = "\n".join(collected)
-    known = explain(text)
-
-    if returncode != 0:
-        log.info("stedgeai exited with code %d after %.1f s", returncode, duration)
-        return CompileResult(
-            ok=False, returncode=returncode, command=tuple(command), log=text, duration_s=duration,
-            output_dir=output_dir, workspace_dir=workspace_dir, known_errors=known,
-        )
-
-    problems: list[str] = []
-    folders = [output_dir, workspace_dir]
-    report: StedgeaiReport | None = None
-    report_path = _find_first(folders, ["network_generate_report.txt", "*_generate_report.txt"])
-    try:
-        if report_path is not None:
-            report = load_report(report_path)
-        elif "Total number of epochs" in text:
-            report = parse_report(text, source="the stedgeai log")
-            problems.append(
-                f"No *_generate_report.txt was found under {output_dir} or {workspace_dir}; the "
-                "epochs were read from the console log."
-            )
-        else:
-            problems.append(f"No *_generate_report.txt was found under {output_dir} or {workspace_dir}.")
-    except InputError as exc:
-        problems.append(exc.message)
-
-    c_info: CInfo | None = None
-    c_info_path = _find_first(folders, ["network_c_info.json", "*_c_info.json", "c_info.json"])
-    if c_info_path is not None:
-        try:
-            c_info = load_c_info(c_info_path)
-        except InputError as exc:
-            problems.append(exc.message)
-    else:
-        problems.append(f"No *_c_info.json was found under {output_dir} or {workspace_dir}.")
-
-    epoch_csv: EpochCsv | None = None
-    csv_path = _find_first(folders, ["*.csv"])
-    if csv_path is not None:
-        try:
-            epoch_csv = parse_epoch_csv(
-                csv_path.read_text(encoding="utf-8", errors="replace"), source=str(csv_path)
-            )
-        except (InputError, OSError) as exc:
-            problems.append(getattr(exc, "message", None) or f"{csv_path} cannot be read: {exc}.")
-
-    if report is not None and c_info is not None and report.epochs != c_info.epoch_count:
-        problems.append(
-            f"The report counts {report.epochs} epochs but {c_info_path} has {c_info.epoch_count} "
-            "counted epochs."
-        )
-    for problem in problems:
-        log.warning("%s", problem)
-    return CompileResult(
-        ok=True, returncode=returncode, command=tuple(command), log=text, duration_s=duration,
-        output_dir=output_dir, workspace_dir=workspace_dir, report=report, report_path=report_path,
-        c_info=c_info, c_info_path=c_info_path, epoch_csv=epoch_csv, epoch_csv_path=csv_path,
-        known_errors=known, problems=tuple(problems),
-    )

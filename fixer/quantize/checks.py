@@ -1,0 +1,155 @@
+"""Checks of a quantized model against the NPU's scheme (:func:`check_npu_quantization`) and the float
+islands that remain (:func:`float_islands`).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import onnx
+from onnx import TensorProto
+
+from ..analysis import analyze_model
+from .modelproto import _attr, _constants, _copy, _load_profile, _strip_initializer_inputs, _unique_names
+
+#: Weight input slots whose constants the NPU wants int8 symmetric per channel.
+WEIGHT_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "PRelu")
+
+#: Placement reasons that mean "this op would run on the NPU if it were quantized".
+ISLAND_CONSTRAINTS = frozenset({"quantized_activations", "params_quantized", "prelu_slope_quantized", "float_island"})
+
+
+def _weight_axis(node: onnx.NodeProto, rank: int) -> int | None:
+    """The output-channel axis of ``node``'s weight (input 1), None when per-channel does not apply."""
+    op = node.op_type
+    if op == "Conv":
+        return 0
+    if op == "ConvTranspose":
+        return 1 if int(_attr(node, "group", 1)) == 1 else None
+    if op == "Gemm":
+        return 0 if int(_attr(node, "transB", 0)) else 1
+    if op == "MatMul":
+        return rank - 1 if rank == 2 else None
+    if op == "PRelu":
+        return 0 if rank >= 1 else None
+    return None
+
+
+def check_npu_quantization(model: onnx.ModelProto, *, allow_uint8_io: bool = False) -> list[str]:
+    """What in ``model`` the NPU's scheme rejects, one sentence each (empty: all good).
+
+    Checks: no uint8 tensor anywhere (with ``allow_uint8_io``, a uint8 graph input read by
+    DequantizeLinear and a uint8 graph output written by QuantizeLinear are allowed); every weight of
+    Conv/ConvTranspose/Gemm/MatMul and every PRelu slope goes through a DequantizeLinear of an int8
+    constant with all zero-points 0, per channel (one scale per output channel, ``axis`` set) when
+    the weight has more than one channel.
+    """
+    g = model.graph
+    consts = _constants(model)
+    producers = {o: n for n in g.node for o in n.output}
+    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
+    for n in g.node:
+        for i in n.input:
+            consumers[i].append(n)
+    problems: list[str] = []
+    from ..npu.placement import is_oe_export
+
+    oe = is_oe_export(model)  # ST's own export keeps constant quantization in a side _Q.json
+    io_ok: set[str] = set()
+    if allow_uint8_io:
+        for vi in g.input:
+            if consumers[vi.name] and all(c.op_type == "DequantizeLinear" for c in consumers[vi.name]):
+                io_ok.add(vi.name)
+        for vi in g.output:
+            p = producers.get(vi.name)
+            if p is not None and p.op_type == "QuantizeLinear":
+                io_ok.add(vi.name)
+    edge_nodes = {n.name for n in g.node if n.op_type == "DequantizeLinear" and n.input[0] in io_ok}
+    edge_nodes |= {n.name for n in g.node if n.op_type == "QuantizeLinear" and n.output[0] in io_ok}
+    for t in g.initializer:
+        if t.data_type == TensorProto.UINT8 and any(c.name not in edge_nodes for c in consumers[t.name]):
+            problems.append(f"the constant '{t.name}' is uint8")
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.tensor_type.elem_type == TensorProto.UINT8 and vi.name not in io_ok:
+            problems.append(f"the tensor '{vi.name}' is uint8")
+    for n in g.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            zp_name = n.input[2] if len(n.input) > 2 else ""
+            io_name = n.input[0] if n.op_type == "DequantizeLinear" else n.output[0]
+            if io_name in io_ok:
+                continue
+            if not zp_name and n.op_type == "QuantizeLinear":
+                problems.append(f"'{n.name}' has no zero-point, so it produces uint8")
+            elif zp_name in consts and consts[zp_name].dtype == np.uint8:
+                problems.append(f"'{n.name}' uses a uint8 zero-point")
+    for n in g.node:
+        if n.op_type not in WEIGHT_OPS or len(n.input) < 2:
+            continue
+        w = n.input[1]
+        if w in consts:
+            if consts[w].dtype.kind == "f" and not oe:
+                problems.append(f"the weight '{w}' of '{n.name}' ({n.op_type}) is a float constant, not quantized")
+            continue
+        dq = producers.get(w)
+        if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in consts:
+            continue  # an activation (MatMul of two tensors) - not a weight
+        q = consts[dq.input[0]]
+        scale = consts.get(dq.input[1])
+        zp = consts.get(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+        where = f"the weight '{w}' of '{n.name}' ({n.op_type})"
+        if q.dtype != np.int8:
+            problems.append(f"{where} is stored as {q.dtype.name}, not int8")
+            continue
+        if zp is not None and np.any(zp != 0):
+            problems.append(f"{where} is asymmetric (non-zero zero-point)")
+        axis = _weight_axis(n, q.ndim)
+        if axis is None or scale is None:
+            continue
+        channels = q.shape[axis] if q.ndim > axis else 1
+        if channels > 1 and scale.size == 1:
+            problems.append(f"{where} is quantized per tensor, not per channel")
+        elif scale.size > 1:
+            dq_axis = int(_attr(dq, "axis", 1))
+            dq_axis = dq_axis + q.ndim if dq_axis < 0 else dq_axis
+            if dq_axis != axis or scale.size != channels:
+                problems.append(f"{where} is quantized along axis {dq_axis}, not its output-channel axis {axis}")
+    return problems
+
+
+def _analysis_copy(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy for nafix's placement: unique node names, dynamic input dimensions pinned to 1 (as
+    calibration runs them), shapes re-inferred."""
+    m = _copy(model)
+    _unique_names(m)
+    _strip_initializer_inputs(m)
+    for vi in m.graph.input:
+        for d in vi.type.tensor_type.shape.dim:
+            if not d.HasField("dim_value") or d.dim_value <= 0:
+                d.dim_value = 1
+    del m.graph.value_info[:]
+    for out in m.graph.output:
+        if any(not d.HasField("dim_value") for d in out.type.tensor_type.shape.dim):
+            out.type.tensor_type.ClearField("shape")
+    try:
+        m = onnx.shape_inference.infer_shapes(m, strict_mode=False, data_prop=True)
+    except Exception:  # noqa: BLE001 - shapes only refine the placement
+        pass
+    return m
+
+
+def float_islands(model: onnx.ModelProto, *, profile=None) -> list[dict]:
+    """Nodes nafix's placement puts in SW because something around them is not quantized.
+
+    Each entry: ``{"name", "op_type", "constraints", "reasons"}`` (from :func:`fixer.analysis.analyze_model`,
+    SW nodes failing ``quantized_activations``, ``params_quantized``, ``prelu_slope_quantized`` or
+    marked ``float_island``).
+    """
+    profile = _load_profile(profile)
+    analysis = analyze_model(_analysis_copy(model), profile=profile)
+    out = []
+    for row in analysis.sw_nodes():
+        hit = [c for c in row["constraints"] if c in ISLAND_CONSTRAINTS]
+        if hit:
+            out.append({"name": row["name"], "op_type": row["op_type"], "constraints": hit, "reasons": row["reasons"]})
+    return out

@@ -1,0 +1,284 @@
+"""The onnxruntime ``quantize_static`` wrapper: the ST recipe, the NPU op types onnxruntime leaves in
+float by default, and :func:`quantize_float_model`.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import onnx
+from onnx import TensorProto
+
+from ..errors import InputError, NafixError, UsageError
+from .calibration import CalibrationOptions, Progress, _reader, open_calibration
+from .checks import check_npu_quantization, float_islands
+from .modelproto import (
+    _attr,
+    _clamp_ir,
+    _copy,
+    _drop_ort_metadata,
+    _drop_unused_initializers,
+    _is_quantized,
+    _load_profile,
+    _opset,
+    _quiet_onnxruntime,
+    _strip_initializer_inputs,
+    _unique_names,
+)
+
+log = logging.getLogger(__name__)
+
+#: The NPU's scheme as onnxruntime ``quantize_static`` arguments (NEURAL_ART.md s2, 3P recipe).
+ST_RECIPE_TEXT = ("QDQ, activation_type=QInt8, weight_type=QInt8, per_channel=True, "
+                  "ActivationSymmetric=False, WeightSymmetric=True")
+
+#: Per-axis QuantizeLinear/DequantizeLinear (per-channel weights) exist from this opset on.
+MIN_PER_CHANNEL_OPSET = 13
+
+
+def ort_default_op_types() -> frozenset[str]:
+    """The op types ``quantize_static`` quantizes when ``op_types_to_quantize`` is not given."""
+    from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+
+    return frozenset(QDQRegistry) | frozenset(QLinearOpsRegistry)
+
+
+def npu_op_types(profile=None) -> tuple[list[str], list[str]]:
+    """(op types to pass to ``op_types_to_quantize``, the NPU ops among them onnxruntime would skip).
+
+    onnxruntime quantizes only the ops in its registries by default; every op the target profile
+    runs on the NPU (tier ``hw``) or with an int8 SW kernel that is missing there (PRelu, Tanh,
+    HardSwish, Sub, Max, Min, Div, GlobalMaxPool, ReduceMean, ReduceMax, DepthToSpace, ... with the
+    default profile) is added, so it gets QuantizeLinear/DequantizeLinear on all its inputs and
+    outputs (onnxruntime's generic QDQ handling) instead of staying a float island.
+    """
+    profile = _load_profile(profile)
+    default = ort_default_op_types()
+    wanted = {op for op, r in profile.operators.items() if r.tier == "hw"} | set(profile.sw_int8_kernels)
+    # Integer-only ops are already quantized; Upsample is deprecated (Resize replaces it).
+    wanted = {op for op in wanted if not op.startswith("QLinear") and op not in ("ConvInteger", "MatMulInteger", "Upsample")}
+    added = sorted(wanted - default)
+    return sorted(default | wanted), added
+
+
+def _prelu_slope_overrides(model: onnx.ModelProto, names: set[str] | None = None) -> dict[str, list[dict]]:
+    """TensorQuantOverrides making float PRelu slopes int8 symmetric (per channel when they have
+    channels and the opset has per-axis DequantizeLinear)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    per_channel = _opset(model) >= MIN_PER_CHANNEL_OPSET
+    out: dict[str, list[dict]] = {}
+    for n in model.graph.node:
+        if n.op_type != "PRelu" or len(n.input) < 2 or (names is not None and n.name not in names):
+            continue
+        t = inits.get(n.input[1])
+        if t is None or t.data_type not in (TensorProto.FLOAT, TensorProto.FLOAT16):
+            continue
+        dims = list(t.dims)
+        if dims and dims[0] > 1 and per_channel:
+            out[t.name] = [{"axis": 0, "symmetric": True}]
+        else:
+            out[t.name] = [{"symmetric": True}]
+    return out
+
+
+def _grouped_conv_transpose_overrides(model: onnx.ModelProto, names: set[str] | None = None) -> dict[str, list[dict]]:
+    """TensorQuantOverrides for grouped ConvTranspose weights, which onnxruntime's per-channel path
+    gets wrong (its axis-1 scales do not match the bias): depthwise ones (one output channel per
+    group) per channel along axis 0, which is then the output channel; other grouped ones per tensor,
+    symmetric."""
+    inits = {t.name: t for t in model.graph.initializer}
+    out: dict[str, list[dict]] = {}
+    for n in model.graph.node:
+        if n.op_type != "ConvTranspose" or int(_attr(n, "group", 1)) == 1 or (names is not None and n.name not in names):
+            continue
+        w = inits.get(n.input[1]) if len(n.input) > 1 else None
+        if w is None or w.data_type not in (TensorProto.FLOAT, TensorProto.FLOAT16) or len(w.dims) < 2:
+            continue
+        if w.dims[1] == 1 and _opset(model) >= MIN_PER_CHANNEL_OPSET:
+            out[w.name] = [{"axis": 0, "symmetric": True}]
+        else:
+            out[w.name] = [{"symmetric": True}]
+    return out
+
+
+def _calibration_method(name: str):
+    from onnxruntime.quantization import CalibrationMethod
+
+    return {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile}[name]
+
+
+def _merge_every(reader, batch: int = 16) -> int:
+    """Samples per range merge. onnxruntime fails with 'No data is collected' when the sample count is
+    a multiple of this batch (its last merge is empty), so pick a batch that does not divide it."""
+    try:
+        total = len(reader)
+    except TypeError:
+        return batch
+    while total > 0 and total % batch == 0 and batch < total:
+        batch += 1
+    return max(batch, 1) if total == 0 or total % batch else total + 1
+
+
+def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[str], method: str,
+                         nodes_to_quantize: Sequence[str] = (), nodes_to_exclude: Sequence[str] = (),
+                         overrides: Mapping[str, list[dict]] | None = None, keep_activations: bool = False,
+                         model_name: str) -> onnx.ModelProto:
+    """onnxruntime ``quantize_static`` with the NPU recipe, on temporary files."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    extra: dict[str, Any] = {
+        "ActivationSymmetric": False,
+        "WeightSymmetric": True,
+        "ForceQuantizeNoInputCheck": True,  # quantize MaxPool/Transpose/... even after a float op
+        "CalibMaxIntermediateOutputs": _merge_every(reader),  # merge ranges in batches: bounded memory
+    }
+    if keep_activations:
+        extra["QDQKeepRemovableActivations"] = True
+    if overrides:
+        extra["TensorQuantOverrides"] = {k: [dict(d) for d in v] for k, v in overrides.items()}
+    with tempfile.TemporaryDirectory(prefix="nafix-quant-") as tmp:
+        src, dst = Path(tmp) / "float.onnx", Path(tmp) / "quant.onnx"
+        big = model.ByteSize() > 1_500_000_000
+        onnx.save_model(model, str(src), save_as_external_data=big, all_tensors_to_one_file=True,
+                        location="float.onnx.data")
+        try:
+            with _quiet_onnxruntime():
+                quantize_static(
+                    str(src), str(dst), reader,
+                    quant_format=QuantFormat.QDQ,
+                    op_types_to_quantize=list(op_types),
+                    per_channel=_opset(model) >= MIN_PER_CHANNEL_OPSET,
+                    reduce_range=False,
+                    activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8,
+                    nodes_to_quantize=list(nodes_to_quantize) or None,
+                    nodes_to_exclude=list(nodes_to_exclude) or None,
+                    use_external_data_format=big,
+                    calibrate_method=_calibration_method(method),
+                    extra_options=extra,
+                )
+        except NafixError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - onnxruntime raises many types; report the sentence
+            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise InputError(f"{model_name}: onnxruntime could not quantize the model ({type(exc).__name__}: "
+                             f"{msg[:300]}).") from exc
+        out = onnx.load(str(dst))
+    _drop_ort_metadata(out)
+    _clamp_ir(out)
+    return _with_shapes(out)
+
+
+def _with_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with value_info for the tensors onnxruntime added (placement reads ranks and shapes)."""
+    try:
+        return onnx.shape_inference.infer_shapes(model, strict_mode=False)
+    except Exception:  # noqa: BLE001 - shapes only help the analysis
+        return model
+
+
+@dataclass
+class QuantizeResult:
+    """The quantized model and what happened.
+
+    ``calibration``: ``random`` | ``npz`` | ``images`` (``random``: warn loudly); ``samples``: how many
+    calibration samples onnxruntime consumed; ``ops_added``: NPU op types quantized beyond
+    onnxruntime's defaults; ``islands``: float islands that remain (see :func:`float_islands`);
+    ``problems``: what :func:`check_npu_quantization` still rejects (empty when all is well).
+    """
+
+    model: onnx.ModelProto
+    calibration: str
+    samples: int
+    warnings: list[str] = field(default_factory=list)
+    ops_added: list[str] = field(default_factory=list)
+    islands: list[dict] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    recipe: str = ST_RECIPE_TEXT
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict:
+        return {"calibration": self.calibration, "samples": self.samples, "recipe": self.recipe,
+                "ops_added": list(self.ops_added), "islands": list(self.islands),
+                "problems": list(self.problems), "warnings": list(self.warnings)}
+
+
+def quantize_float_model(model: onnx.ModelProto, *, calib: CalibrationOptions, progress: Progress | None = None,
+                         nodes_to_exclude: Sequence[str] = (), tensor_overrides: Mapping[str, list[dict]] | None = None,
+                         profile=None, model_name: str = "the model") -> QuantizeResult:
+    """Quantize a float model the way the NPU accepts it, with onnxruntime ``quantize_static``.
+
+    Recipe: QDQ, QInt8 activations (per tensor, asymmetric), QInt8 weights (symmetric, per channel),
+    plus every NPU op onnxruntime skips by default (:func:`npu_op_types`), PRelu slopes symmetric per
+    channel, ``ForceQuantizeNoInputCheck``. ``nodes_to_exclude``: node names left in float;
+    ``tensor_overrides``: onnxruntime ``TensorQuantOverrides`` merged over nafix's (yours win).
+    Graph input and output names are kept; the IR version is clamped to 10 and an opset below 13 is
+    converted to 13 (per-channel Q/DQ needs it). ``model_name`` is used in error sentences.
+    """
+    if _is_quantized(model):
+        raise UsageError(f"{model_name}: the model is already quantized (it has QuantizeLinear/DequantizeLinear or "
+                         "QLinear ops); quantize its float source, or use requantize_islands for its float parts.")
+    warnings: list[str] = []
+    work = _copy(model)
+    _unique_names(work)
+    dropped = _strip_initializer_inputs(work)
+    if dropped:
+        warnings.append(f"{len(dropped)} initializer(s) listed as graph inputs were treated as constants")
+    if _opset(work) < MIN_PER_CHANNEL_OPSET:
+        work = _convert_opset(work, model_name)
+        warnings.append(f"the model was converted from opset {_opset(model)} to {MIN_PER_CHANNEL_OPSET} "
+                        "(per-channel QuantizeLinear/DequantizeLinear need it)")
+    _drop_unused_initializers(work)
+    known = {n.name for n in work.graph.node}
+    unknown = [n for n in nodes_to_exclude if n not in known]
+    if unknown:
+        raise UsageError(f"{model_name}: no node named {', '.join(repr(u) for u in unknown[:3])} to exclude from quantization.")
+    source = open_calibration(work, calib, model_name=model_name)
+    warnings.extend(source.warnings)
+    if source.kind == "random":
+        warnings.append("calibrated on random data: activation ranges do not reflect real inputs; "
+                        "re-run with real calibration data before deploying")
+    profile = _load_profile(profile)
+    op_types, added = npu_op_types(profile)
+    overrides = _prelu_slope_overrides(work)
+    overrides.update(_grouped_conv_transpose_overrides(work))
+    overrides.update({k: list(v) for k, v in (tensor_overrides or {}).items()})
+    reader = _reader(source, progress)
+    log.info("quantizing %s with onnxruntime (%s) on %s", model_name, ST_RECIPE_TEXT, source.description)
+    out = _run_quantize_static(work, reader, op_types=op_types, method=calib.method,
+                               nodes_to_exclude=nodes_to_exclude, overrides=overrides, model_name=model_name)
+    _check_interface(model, out, model_name)
+    problems = check_npu_quantization(out)
+    islands = float_islands(out, profile=profile)
+    for isl in islands:
+        log.info("float island remains: %s (%s)", isl["name"], isl["op_type"])
+    return QuantizeResult(out, source.kind, reader.done, warnings, added, islands, problems)
+
+
+def _convert_opset(model: onnx.ModelProto, model_name: str) -> onnx.ModelProto:
+    from onnx import version_converter
+
+    try:
+        return version_converter.convert_version(model, MIN_PER_CHANNEL_OPSET)
+    except Exception as exc:  # noqa: BLE001
+        raise InputError(f"{model_name}: the model uses opset {_opset(model)} and could not be converted to opset "
+                         f"{MIN_PER_CHANNEL_OPSET}, which per-channel quantization needs ({exc}).") from None
+
+
+def _check_interface(before: onnx.ModelProto, after: onnx.ModelProto, model_name: str) -> None:
+    inits = {t.name for t in before.graph.initializer}
+    b_in = [i.name for i in before.graph.input if i.name not in inits]
+    a_in = [i.name for i in after.graph.input]
+    b_out = [o.name for o in before.graph.output]
+    a_out = [o.name for o in after.graph.output]
+    if b_in != a_in or b_out != a_out:
+        raise InputError(f"{model_name}: quantization changed the graph interface (inputs {b_in} -> {a_in}, "
+                         f"outputs {b_out} -> {a_out}); this is a nafix bug, please report it.")

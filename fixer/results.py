@@ -1,0 +1,153 @@
+"""The result types nafix's API returns and its report renders: one model's analysis, an audit,
+a fix, a compile comparison. Shared by :mod:`fixer.api`, :mod:`fixer.report` and the quantization
+modules, so none of them imports another just for a type."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .graph import GraphView
+from .model_io import LoadedModel
+from .npu.estimate import EpochEstimate
+from .npu.memory import MemoryEstimate
+from .npu.placement import SW, Placement, Reason
+from .npu.profile import TargetProfile
+
+
+@dataclass
+class ModelAnalysis:
+    """Everything nafix knows about one model without rewriting it."""
+
+    path: Path
+    loaded: LoadedModel
+    view: GraphView
+    placement: Placement
+    estimate: EpochEstimate
+    memory: MemoryEstimate
+    findings: list[Reason]
+    profile: TargetProfile
+
+    def sw_nodes(self) -> list[dict]:
+        out = []
+        for n in self.placement.nodes:
+            if n.unit != SW:
+                continue
+            out.append({
+                "name": n.name,
+                "op_type": n.op_type,
+                "kernel": n.kernel,
+                "role": n.role or None,
+                "reasons": [r.text() for r in n.reasons],
+                "constraints": [r.constraint for r in n.reasons],
+                "tags": sorted({r.tag for r in n.reasons}),
+            })
+        return out
+
+    def notes(self) -> list[dict]:
+        return [
+            {"name": n.name, "op_type": n.op_type, "note": r.text(), "constraint": r.constraint, "severity": r.severity}
+            for n in self.placement.nodes for r in n.notes
+        ]
+
+
+@dataclass
+class ModelAudit:
+    path: Path
+    analysis: ModelAnalysis | None = None
+    error: str | None = None
+
+
+@dataclass
+class AuditResult:
+    models: list[ModelAudit]
+
+    @property
+    def errors(self) -> list[ModelAudit]:
+        return [m for m in self.models if m.error]
+
+    @property
+    def any_sw(self) -> bool:
+        return any(m.analysis is not None and m.analysis.estimate.sw_epochs > 0 for m in self.models)
+
+
+@dataclass
+class FixResult:
+    input: Path
+    output: Path | None
+    report_path: Path | None
+    header_path: Path | None
+    before: ModelAnalysis
+    after: ModelAnalysis | None
+    engine: "EngineResult"
+    verification: "Verification | None"
+    written: bool
+    rules_run: list[str]
+    warnings: list[str] = field(default_factory=list)
+    compiled: "CompileComparison | None" = None
+    quantization: dict | None = None  # what --quantize did and the accuracy it cost
+    pre_engine: "EngineResult | None" = None  # rewrites applied before quantization (float models)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.engine.changes) or self.quantization is not None
+
+    @property
+    def verified(self) -> bool:
+        return self.verification is None or self.verification.ok
+
+    @property
+    def final(self) -> ModelAnalysis:
+        return self.after or self.before
+
+
+@dataclass
+class CompiledModel:
+    label: str  # "before" | "after" | the model name
+    model: Path
+    result: "CompileResult"
+    disagreements: list[dict] = field(default_factory=list)
+
+    def summary(self) -> dict:
+        r = self.result
+        rep = r.report
+        out: dict = {"ok": r.ok, "returncode": r.returncode, "duration_s": round(r.duration_s, 2),
+                     "known_errors": [{"code": k.code, "cause": k.cause, "fix": k.fix, "evidence": k.evidence_line}
+                                      for k in r.known_errors],
+                     "problems": list(r.problems)}
+        if rep is not None:
+            out.update({"epochs": rep.epochs, "sw_epochs": rep.sw_epochs, "hybrid_epochs": rep.hybrid_epochs,
+                        "hw_ratio": round(rep.hw_ratio, 4), "sw_ops": list(rep.sw_ops),
+                        "memory": [{"pool": p.name, "used_bytes": p.used_bytes, "total_bytes": p.total_bytes,
+                                    "weights_bytes": p.weights_bytes, "activations_bytes": p.activations_bytes}
+                                   for p in rep.memory]})
+        out["estimate_vs_real"] = self.disagreements
+        return out
+
+
+@dataclass
+class CompileComparison:
+    tool: Path
+    version: str
+    before: CompiledModel
+    after: CompiledModel | None = None
+
+    @property
+    def improved(self) -> bool:
+        """True when the real HW-epoch ratio increased, or was already 100 %."""
+        b = self.before.result.report
+        a = self.after.result.report if self.after is not None else None
+        if b is not None and b.sw_epochs == 0 and not b.hybrid_epochs:
+            return True
+        if a is None:
+            return False
+        if b is None:
+            return a is not None
+        return a.hw_ratio > b.hw_ratio or (a.sw_epochs == 0 and not a.hybrid_epochs)
+
+    def as_dict(self) -> dict:
+        d = {"tool": str(self.tool), "version": self.version, "before": self.before.summary(),
+             "improved": self.improved}
+        if self.after is not None:
+            d["after"] = self.after.summary()
+        return d
