@@ -57,9 +57,13 @@ def content_sha256(path: Path) -> str | None:
         return None
     try:
         h = hashlib.sha256()
-        data = path.read_bytes()
-        h.update(data)
-        if b"location" in data:  # the key of every external-data entry; parse only then
+        mark, seen, tail = b"location", False, b""
+        with open(path, "rb") as f:  # streamed: a multi-GB model is never held in memory here
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+                seen = seen or mark in tail + chunk
+                tail = chunk[-len(mark):]
+        if seen:  # the key of every external-data entry; parse the model only then
             for loc in _external_locations(path):
                 h.update(b"\0" + loc.encode() + b"\0")
                 target = (path.parent / loc)

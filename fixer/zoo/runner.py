@@ -10,7 +10,7 @@ import os
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -61,7 +61,6 @@ class ZooOptions:
     shard: Shard | None = None
     executor: str | None = None  # dask://HOST:PORT
     recursive: bool = True
-    extra: dict = field(default_factory=dict, compare=False)
 
 
 def default_jobs() -> int:
