@@ -108,6 +108,33 @@ def test_model_past_the_timeout_becomes_an_error_row(tmp_path, capsys):
     assert line.startswith("error:") and "slow.onnx" in line
 
 
+def test_a_worker_that_dies_costs_one_error_row(tmp_path):
+    """A worker killed mid-model (as the kernel's OOM killer would) becomes that model's error row;
+    a fresh worker audits the rest."""
+    import multiprocessing
+    import threading
+
+    import onnx
+
+    slow = tmp_path / "a_slow.onnx"
+    onnx.save(long_chain(60000), str(slow))
+    shutil.copy(SOFTMAX, tmp_path / "b_softmax.onnx")
+
+    def kill_workers():
+        for p in multiprocessing.active_children():
+            p.kill()
+
+    timer = threading.Timer(1.5, kill_workers)  # the single worker is on the slow model by then
+    timer.start()
+    try:
+        rows, _ = audit_rows([tmp_path], AnalysisOptions(), ZooOptions(jobs=1, use_cache=False, timeout=60))
+    finally:
+        timer.cancel()
+    by = {Path(r["path"]).name: r for r in rows}
+    assert "worker process analysing this model died" in by["a_slow.onnx"]["error"]
+    assert by["b_softmax.onnx"]["error"] is None and by["b_softmax.onnx"]["estimate"]["sw_epochs"] == 3
+
+
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO")
 def test_fifo_is_an_error_row_not_a_hang(tmp_path, capsys):
     fifo = tmp_path / "pipe.onnx"
