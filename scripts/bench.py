@@ -47,11 +47,21 @@ def bench_zoo(folder: Path, repeat: int) -> None:
 
     a = AnalysisOptions()
     n = len(audit_rows([folder], a, ZooOptions(jobs=2, use_cache=False))[0])
+    def cpu() -> float:  # CPU seconds of this process and its (finished) worker processes
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
     j1: list[float] = []
     j2: list[float] = []
+    cpu1: list[float] = []
+    cpu2: list[float] = []
     for _ in range(repeat):
+        c = cpu()
         j1 += timed(lambda: audit_rows([folder], a, ZooOptions(jobs=1, use_cache=False)), 1)
+        cpu1.append(cpu() - c)
+        c = cpu()
         j2 += timed(lambda: audit_rows([folder], a, ZooOptions(jobs=2, use_cache=False)), 1)
+        cpu2.append(cpu() - c)
     cold: list[float] = []
     warm: list[float] = []
     for _ in range(repeat):
@@ -65,6 +75,8 @@ def bench_zoo(folder: Path, repeat: int) -> None:
           f"{'/'.join(f'{x:.1f}' for x in load) if load else '?'}), medians of {repeat} interleaved runs:")
     print(f"  --jobs 1 --no-cache: {med(j1):.2f} s; --jobs 2 --no-cache: {med(j2):.2f} s; "
           f"speed-up {med(j1) / med(j2):.2f}x")
+    print(f"  CPU time (this process + workers): --jobs 1 {med(cpu1):.2f} s, --jobs 2 {med(cpu2):.2f} s; "
+          f"speed-up if both CPUs were free: {med(cpu1) / (med(cpu2) / 2):.2f}x")
     print(f"  cache (jobs 2): cold {med(cold):.2f} s, warm {med(warm):.3f} s; speed-up {med(cold) / med(warm):.1f}x")
     exe = Path(sys.executable).with_name("nafix")
     if exe.exists():
