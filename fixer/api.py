@@ -10,7 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
-from .model_io import LoadedModel, load_model
+from .model_io import LoadedModel, invalid_model_error, load_model
 from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
 from .quantize import (
@@ -114,7 +114,9 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
             rows.append(ModelAudit(f, error=exc.message))
         except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
             log.debug("unexpected error on %s", f, exc_info=True)
-            rows.append(ModelAudit(f, error=f"{f}: nafix could not analyse this model ({type(exc).__name__}: {exc})."))
+            invalid = invalid_model_error(f, exc)
+            rows.append(ModelAudit(f, error=invalid.message if invalid else
+                                   f"{f}: nafix could not analyse this model ({type(exc).__name__}: {exc})."))
     if progress:
         progress(len(files), len(files), files[-1])
     return AuditResult(rows)
@@ -515,6 +517,8 @@ def check_compile_options(opts: CompileOptions) -> Path:
     if not isinstance(opts.timeout_s, (int, float)) or math.isnan(opts.timeout_s) or opts.timeout_s <= 0:
         raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a positive "
                          f"number of seconds, not {opts.timeout_s!r}.")
+    if opts.workdir and Path(opts.workdir).exists() and not Path(opts.workdir).is_dir():
+        raise UsageError(f"--workdir {opts.workdir}: exists and is not a folder.")
     tool = find_stedgeai(opts.stedgeai)
     if tool is None:
         raise ToolError(
@@ -566,14 +570,19 @@ def compile_model(model: Path, label: str, opts: CompileOptions, tool: Path, *,
 
     if opts.workdir:
         work = Path(opts.workdir) / label
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--workdir {opts.workdir}: the stedgeai workspace {work} cannot be created "
+                             f"({exc.strerror or exc}).") from None
         cleanup = False
     else:
         work = Path(tempfile.mkdtemp(prefix=f"nafix-{label}-"))
         cleanup = True
     try:
         res = run_generate(tool=tool, model=model, workdir=work, profile=opts.profile,
-                           extra_args=opts.extra_args, timeout_s=opts.timeout_s, on_line=on_line)
+                           extra_args=opts.extra_args, timeout_s=opts.timeout_s, on_line=on_line,
+                           temporary_workdir=cleanup)
     finally:
         if cleanup:
             shutil.rmtree(work, ignore_errors=True)

@@ -142,7 +142,7 @@ def audit_cmd(
     profile_name = opts.target_profile or "stm32n6"
     report = build_report(rows, profile=profile_name, shard=zoo.shard)
     errors = [r for r in rows if r.get("error")]
-    if len(rows) == 1 and errors:
+    if len(rows) == 1 and errors and zoo.shard is None:  # one unreadable model: just its error line
         _error(errors[0]["error"])
         raise typer.Exit(2)
     comparison = None
@@ -318,6 +318,8 @@ def fix_cmd(
                          on_calibration=on_calibration)
     except NafixError as exc:
         _fail(exc)
+    except Exception as exc:  # noqa: BLE001 - a corrupt model is bad input; anything else is nafix's bug
+        _invalid_model_or_raise(model, exc)
     if fmt == OutFormat.json:
         sys.stdout.write(json.dumps(fix_dict(result), indent=2) + "\n")
     else:
@@ -335,6 +337,19 @@ def fix_cmd(
     if fail_on == FailOn.sw and result.final.estimate.sw_epochs > 0:
         raise typer.Exit(1)
 
+
+
+def _invalid_model_or_raise(model: Path, exc: Exception) -> None:
+    """An unexpected failure on a model the onnx checker rejects is that model's fault: one error line,
+    exit 2. On a valid model it stays an internal error (re-raised)."""
+    from .model_io import invalid_model_error
+
+    if _state["debug"]:
+        raise exc
+    invalid = invalid_model_error(model, exc)
+    if invalid is None:
+        raise exc
+    _fail(invalid)
 
 
 def _floats(text: Optional[str], what: str):
@@ -418,6 +433,8 @@ def compile_cmd(
                                  on_line=(lambda line: _stream_line(model.stem, line)) if fmt == OutFormat.table else None)
     except NafixError as exc:
         _fail(exc)
+    except Exception as exc:  # noqa: BLE001 - a corrupt model is bad input; anything else is nafix's bug
+        _invalid_model_or_raise(model, exc)
     if fmt == OutFormat.json:
         _emit(json.dumps({"nafix_version": __version__,
                           "stedgeai": {"tool": str(tool), "version": version, "model": str(model), **compiled.summary()},

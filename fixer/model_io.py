@@ -111,6 +111,8 @@ def load_model(
     opset = _check_opsets(model, p, max_opset)
     _check_acyclic(model.graph, p)
     _check_references(model.graph, p)
+    _check_text_attributes(model.graph, p)
+    _check_strings(model, p)
 
     dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
     warnings: list[str] = []
@@ -162,6 +164,21 @@ def make_node_names_unique(model: onnx.ModelProto) -> int:
             renamed += 1
         seen.add(node.name)
     return renamed
+
+
+def invalid_model_error(path: str | os.PathLike[str], exc: BaseException) -> InputError | None:
+    """For an unexpected failure ``exc`` while processing the model at ``path``: an InputError naming
+    what is wrong with the file when the onnx checker rejects it (a corrupt model, not a nafix bug),
+    else None (the failure is nafix's own)."""
+    p = Path(path)
+    try:
+        onnx.checker.check_model(str(p))
+    except Exception as chk:  # noqa: BLE001 - any checker complaint means the file is at fault
+        first = next((ln.strip() for ln in str(chk).splitlines() if ln.strip()), type(chk).__name__)[:200]
+        what = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")[:120]
+        return InputError(f"{p}: not a valid ONNX model (onnx checker: {first}); nafix stopped on it "
+                          f"({type(exc).__name__}{': ' + what if what else ''}).")
+    return None
 
 
 def read_model_bytes(p: Path) -> bytes:
@@ -281,6 +298,36 @@ def _check_acyclic(graph: onnx.GraphProto, path: Path) -> None:
         stuck = [graph.node[i] for i, d in enumerate(indeg) if d > 0]
         names = ", ".join(f"'{n.name or n.op_type}'" for n in stuck[:3])
         raise InputError(f"{path}: the graph has a cycle through {len(stuck)} node(s), e.g. {names}.")
+
+
+def _check_text_attributes(graph: onnx.GraphProto, path: Path) -> None:
+    """String attributes (modes, names) are text: bytes that are not UTF-8 mean a corrupt file."""
+    for node in _all_nodes(graph):
+        for attr in node.attribute:
+            values = [attr.s] if attr.type == onnx.AttributeProto.STRING else (
+                list(attr.strings) if attr.type == onnx.AttributeProto.STRINGS else [])
+            for v in values:
+                try:
+                    v.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InputError(f"{path}: node '{node.name or node.op_type}' attribute '{attr.name}' holds "
+                                     "bytes that are not UTF-8 text; the file is corrupt.") from None
+
+
+def _check_strings(msg, path: Path, where: str = "model") -> None:
+    """Every text field (names, op types, doc strings, metadata) of ``msg`` and its sub-messages must
+    be UTF-8: protobuf hands back raw bytes for a corrupt one, which later breaks graph export."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    for fd, value in msg.ListFields():
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == FieldDescriptor.LABEL_REPEATED
+        items = value if repeated else [value]
+        if fd.type == FieldDescriptor.TYPE_STRING:
+            if any(isinstance(v, bytes) for v in items):
+                raise InputError(f"{path}: {where}.{fd.name} is not UTF-8 text; the file is corrupt.")
+        elif fd.type == FieldDescriptor.TYPE_MESSAGE:
+            for k, item in enumerate(items):
+                _check_strings(item, path, f"{where}.{fd.name}" + (f"[{k}]" if repeated else ""))
 
 
 def _check_references(graph: onnx.GraphProto, path: Path) -> None:
@@ -513,3 +560,56 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, force: bool = 
     from .outputs import REPORT, write_output
 
     return write_output(path, text, kind=REPORT, force=force, protected=protect)
+
+
+#: The first bytes of an .npz (a zip archive) and of a single .npy array.
+_ZIP_MAGIC = b"PK\x03\x04"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
+    """The arrays of the .npz at ``p`` (for ``option``), never unpickling; one InputError sentence for
+    a missing or unreadable file, something else than an .npz, or arrays of Python objects."""
+    import stat as _stat
+    import zipfile
+
+    import numpy as np
+
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{p}: {option} file not found.") from None
+    except OSError as exc:
+        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    if not _stat.S_ISREG(st.st_mode):
+        raise InputError(f"{p}: {option} needs an .npz file; this is {'a folder' if _stat.S_ISDIR(st.st_mode) else 'not a regular file'}.")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    expected = "an .npz archive (numpy.savez) with one numeric array per graph input, keyed by input name"
+    if head.startswith(_NPY_MAGIC):
+        raise InputError(f"{p}: is a single .npy array, not an .npz archive; {option} needs {expected}.")
+    if not head.startswith(_ZIP_MAGIC):
+        raise InputError(f"{p}: is not an .npz archive (it does not start like a zip file); {option} needs {expected}.")
+    out: dict[str, np.ndarray] = {}
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            for key in z.files:
+                try:
+                    out[key] = z[key]
+                except ValueError as exc:
+                    if "pickle" in str(exc).lower() or "object" in str(exc).lower():
+                        raise InputError(f"{p}: array '{key}' holds Python objects (dtype=object), which nafix never "
+                                         f"loads; {option} needs {expected}.") from None
+                    raise
+    except InputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:200]
+        raise InputError(f"{p}: not a readable .npz archive ({first}); {option} needs {expected}.") from None
+    for key, arr in out.items():
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"{p}: array '{key}' has dtype {arr.dtype}, not numbers; {option} needs {expected}.")
+    return out

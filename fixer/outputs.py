@@ -84,6 +84,8 @@ def resolve_output(path: str | os.PathLike[str] | None, default_name: str, *,
     """
     if path is None:
         return Path(default_dir or ".") / default_name
+    if not os.fspath(path).strip():
+        raise OutputError("the output path is empty; name a file, or a folder ending with '/'.")
     if is_folder_spec(path):
         return Path(path) / default_name
     return Path(path)

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from .errors import InputError
-from .model_io import prepare_for_runtime
+from .model_io import prepare_for_runtime, read_npz
 from .rewriters import IoChange
 from .rules import CONTRACT_ORDER, VerifyContract
 
@@ -246,57 +246,6 @@ def _shape_text(shape) -> str:
     return "(" + ", ".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in shape or ()) + ")"
 
 
-#: The first bytes of an .npz (a zip archive) and of a single .npy array.
-_ZIP_MAGIC = b"PK\x03\x04"
-_NPY_MAGIC = b"\x93NUMPY"
-
-
-def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
-    """The arrays of the .npz at ``p`` (for ``option``), never unpickling; one InputError sentence for
-    a missing or unreadable file, something else than an .npz, or arrays of Python objects."""
-    import stat as _stat
-    import zipfile
-
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise InputError(f"{p}: {option} file not found.") from None
-    except OSError as exc:
-        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
-    if not _stat.S_ISREG(st.st_mode):
-        raise InputError(f"{p}: {option} needs an .npz file; this is {'a folder' if _stat.S_ISDIR(st.st_mode) else 'not a regular file'}.")
-    try:
-        with open(p, "rb") as fh:
-            head = fh.read(8)
-    except OSError as exc:
-        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
-    expected = "an .npz archive (numpy.savez) with one numeric array per graph input, keyed by input name"
-    if head.startswith(_NPY_MAGIC):
-        raise InputError(f"{p}: is a single .npy array, not an .npz archive; {option} needs {expected}.")
-    if not head.startswith(_ZIP_MAGIC):
-        raise InputError(f"{p}: is not an .npz archive (it does not start like a zip file); {option} needs {expected}.")
-    out: dict[str, np.ndarray] = {}
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            for key in z.files:
-                try:
-                    out[key] = z[key]
-                except ValueError as exc:
-                    if "pickle" in str(exc).lower() or "object" in str(exc).lower():
-                        raise InputError(f"{p}: array '{key}' holds Python objects (dtype=object), which nafix never "
-                                         f"loads; {option} needs {expected}.") from None
-                    raise
-    except InputError:
-        raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
-        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:200]
-        raise InputError(f"{p}: not a readable .npz archive ({first}); {option} needs {expected}.") from None
-    for key, arr in out.items():
-        if arr.dtype.kind not in "biuf":
-            raise InputError(f"{p}: array '{key}' has dtype {arr.dtype}, not numbers; {option} needs {expected}.")
-    return out
-
-
 def quantize_like_ort(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     """QuantizeLinear as onnxruntime computes it: round half to even, saturate."""
     info = np.iinfo(np.dtype(dtype))
@@ -328,11 +277,17 @@ def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale
     if a64.shape != b64.shape:
         return OutputCheck("", False, float("inf"), 0.0, float("-inf"), 0.0, None,
                            f"shape {list(b64.shape)} differs from the original {list(a64.shape)}")
-    diff = np.abs(a64 - b64)
+    # the same infinity, or NaN in both, is no difference; the figures below use the finite values
+    same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(same, 0.0, np.abs(a64 - b64))
     max_abs = float(diff.max()) if diff.size else 0.0
+    finite = np.isfinite(a64) & np.isfinite(b64)
+    a64, b64 = np.where(finite, a64, 0.0), np.where(finite, b64, 0.0)
     na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
     cosine = float(np.dot(a64.ravel(), b64.ravel()) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
-    noise = float(np.sum(diff ** 2))
+    with np.errstate(invalid="ignore", over="ignore"):
+        noise = float(np.sum(diff ** 2))
     snr = float("inf") if noise == 0 else float(10 * np.log10(max(np.sum(a64 ** 2), 1e-30) / noise))
     exact = float(np.mean(diff == 0)) if diff.size else 1.0
     one_lsb = float(np.mean(diff <= lsb_scale * 1.0001)) if lsb_scale else None

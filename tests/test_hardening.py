@@ -185,6 +185,28 @@ def test_odd_valid_models_never_crash(tmp_path, capsys, build):
     assert not list(tmp_path.rglob(".*.tmp"))
 
 
+def test_infinite_constants_verify_as_equal(tmp_path, capsys):
+    sub = h.make_node("Sub", ["c", "x"], ["y"], name="sub")
+    src = save(model([sub], [tv("x", [1, 4])], [tv("y", [1, 4])],
+                     [nh.from_array(np.array([[np.inf, -np.inf, 1, 2]], np.float32), "c")]), tmp_path / "m.onnx")
+    code, out, err = run(["fix", src, "-f", "json"], capsys)
+    contract(code, out, err, allowed=(0,))
+    assert json.loads(out)["verification"]["ok"]
+
+
+def test_empty_output_path_is_one_line(capsys):
+    code, out, err = run(["audit", SOFTMAX, "-o", ""], capsys)
+    one_error(code, err, "output path is empty")
+
+
+def test_sequence_input_is_audited_and_fix_says_why_it_stops(tmp_path, capsys):
+    src = save(sequence_input_model(), tmp_path / "m.onnx")
+    code, out, err = run(["audit", src, "-f", "json"], capsys)
+    contract(code, out, err, allowed=(0,))
+    code, out, err = run(["fix", src], capsys)
+    one_error(code, err, "graph input 'seq' is a sequence", "audit works")
+
+
 def test_duplicate_names_are_fixed_and_verified(tmp_path, capsys):
     src = save(dup_names_model(), tmp_path / "m.onnx")
     code, out, err = run(["fix", src, "-f", "json"], capsys)
@@ -522,6 +544,7 @@ def fake_env(monkeypatch):
     (["--stedgeai", str(ROOT / "README.md")], "not executable"),
     (["--stedgeai", str(FAKE), "--compile-timeout", "-5"], "positive number of seconds"),
     (["--stedgeai", str(FAKE), "--compile-timeout", "0"], "positive number of seconds"),
+    (["--stedgeai", str(FAKE), "--workdir", str(SOFTMAX)], "not a folder"),
 ])
 def test_compile_option_problems_come_before_any_work(tmp_path, capsys, fake_env, extra, needle):
     code, out, err = run(["fix", SOFTMAX, "-o", str(tmp_path / "out") + "/", "--compile", *extra], capsys)
@@ -553,8 +576,89 @@ def test_compile_stages_share_the_timeout_and_reports_are_written(tmp_path, caps
     t0 = time.monotonic()
     code, out, err = run(["fix", SOFTMAX, "-o", str(tmp_path / "o") + "/", "--compile", "--stedgeai", FAKE,
                           "--compile-timeout", "2"], capsys)
-    one_error(code, err, "did not finish")
+    line = one_error(code, err, "did not finish", "--workdir")
+    assert "/nafix-before-" not in line  # never a folder nafix has already removed
     assert time.monotonic() - t0 < 30
     # the model was written before stedgeai ran: its JSON report and header are beside it
     assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
         "classifier_softmax.nafix.h", "classifier_softmax.nafix.json", "classifier_softmax.nafix.onnx"]
+
+
+# ---------------------------------------------------------------------------------------------
+# --quantize: calibration data and dynamic dimensions
+# ---------------------------------------------------------------------------------------------
+
+
+def dynamic_hw_conv() -> onnx.ModelProto:
+    """A float Conv with dynamic height and width (a YOLO-style export)."""
+    rng = np.random.default_rng(0)
+    return model([h.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                  h.make_node("Relu", ["c"], ["y"], name="relu")],
+                 [tv("x", [1, 3, "h", "w"])], [tv("y", [1, 4, "h", "w"])],
+                 [nh.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")])
+
+
+def test_quantize_random_calibration_with_dynamic_hw_asks_for_input_shape(tmp_path, capsys):
+    src = save(dynamic_hw_conv(), tmp_path / "m.onnx")
+    code, out, err = run(["fix", src, "--quantize"], capsys)
+    one_error(code, err, "--input-shape x=1,3,N,N", "axis 2, 3")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
+    code, out, err = run(["fix", src, "--quantize", "--input-shape", "x=1,3,8,8", "--calib-samples", "4"], capsys)
+    contract(code, out, err, allowed=(0, 1))
+    assert (tmp_path / "m.nafix.onnx").is_file()
+
+
+@pytest.mark.parametrize("kind,needle", [("text", "not an .npz archive"), ("object", "Python objects"),
+                                         ("npy", "single .npy array")])
+def test_quantize_calib_files_are_checked_and_never_unpickled(tmp_path, capsys, kind, needle):
+    src = save(dynamic_hw_conv(), tmp_path / "m.onnx")
+    calib = tmp_path / "calib.npz"
+    if kind == "text":
+        calib.write_text("not numbers")
+    elif kind == "object":
+        np.savez(calib, x=np.array([object(), None], dtype=object))
+    else:
+        with open(calib, "wb") as fh:
+            np.save(fh, np.zeros((1, 3, 8, 8), np.float32))
+    code, out, err = run(["fix", src, "--quantize", "--input-shape", "x=1,3,8,8", "--calib", calib], capsys)
+    line = one_error(code, err, needle, "--calib")
+    assert "allow_pickle" not in line
+
+
+# ---------------------------------------------------------------------------------------------
+# Corrupt files that parse: text fields that are not UTF-8, models the onnx checker rejects
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", [b"NODENAME", b"MODEATTR"])
+def test_non_utf8_text_is_one_line(tmp_path, capsys, field):
+    m = model([h.make_node("Sub", ["c", "x"], ["s"], name="NODENAME"),
+               h.make_node("Resize", ["s", "", "sc"], ["y"], name="rs", mode="MODEATTR")],
+              [tv("x", [1, 1, 2, 2])], [tv("y", [1, 1, 4, 4])],
+              [nh.from_array(np.ones((1, 1, 2, 2), np.float32), "c"),
+               nh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")])
+    m.ir_version = 8
+    src = tmp_path / "m.onnx"
+    src.write_bytes(m.SerializeToString().replace(field, b"\xff\xfe" + field[2:]))
+    for cmd in (["audit", src], ["fix", src]):
+        code, out, err = run(cmd, capsys)
+        one_error(code, err, "not UTF-8 text")
+
+
+def test_checker_rejected_model_that_breaks_nafix_is_bad_input(tmp_path, capsys, monkeypatch):
+    """An unexpected failure on a model the onnx checker rejects is the file's fault: exit 2, one line;
+    on a model the checker accepts it stays an internal error (exit 3)."""
+    import fixer.api as api
+
+    def boom(*a, **k):
+        raise TypeError("Cannot interpret '0' as a data type")
+
+    monkeypatch.setattr(api, "analyze_model", boom)
+    bad = model([h.make_node("Relu", ["x"], ["y"], name="r")], [tv("x", [1, 4])], [tv("y", [1, 4])])
+    bad.ir_version = 2  # IR < 3 with an opset import: the checker refuses it
+    src = tmp_path / "bad.onnx"
+    src.write_bytes(bad.SerializeToString())
+    code, out, err = run(["fix", src], capsys)
+    one_error(code, err, "not a valid ONNX model (onnx checker", "TypeError")
+    code, out, err = run(["fix", SOFTMAX, "--dry-run"], capsys)
+    assert code == 3 and "internal error" in err

@@ -248,10 +248,20 @@ def test_shards_merged_equal_the_unsharded_report(zoo, tmp_path, capsys):
     # a missing shard is a warning, overlapping reports an error
     code, out, err = run(["audit", "merge", parts[0], parts[1]], capsys)
     assert "warning: shard(s) 3/3 missing" in err
-    code, out, err = run(["audit", "merge", parts[0], parts[0]], capsys)
+    nonempty = next(p for p in parts if json.loads(p.read_text())["models"])  # which shard depends on tmp_path
+    code, out, err = run(["audit", "merge", nonempty, nonempty], capsys)
     assert code == 2 and err.startswith("error:") and "overlap" in err and len(err.splitlines()) == 1
     code, out, err = run(["audit", "merge", parts[0], "--format", "markdown"], capsys)
     assert out.startswith("# nafix audit")
+
+
+def test_a_shard_holding_only_a_broken_model_still_writes_its_report(tmp_path, capsys):
+    (tmp_path / "broken.onnx").write_bytes(b"not a protobuf")
+    dest = tmp_path / "shard.json"
+    code, out, err = run(["audit", tmp_path / "broken.onnx", "-f", "json", "--shard", "1/1", "-o", dest], capsys)
+    assert code == 2 and "broken.onnx" in err
+    (row,) = json.loads(dest.read_text())["models"]
+    assert "broken.onnx" in row["error"]
 
 
 def test_shard_split_is_deterministic_and_covers_every_path():

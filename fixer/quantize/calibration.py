@@ -144,6 +144,8 @@ def open_calibration(model: onnx.ModelProto, calib: CalibrationOptions, *,
         p = Path(calib.path)
         if not p.exists():
             raise InputError(f"{p}: the calibration data path does not exist.")
+        if not p.is_file() and not p.is_dir():
+            raise InputError(f"{p}: the calibration data path is not a file or a folder (a FIFO, socket or device).")
         if p.is_file():
             if p.suffix.lower() != ".npz":
                 raise InputError(f"{p}: a calibration file must be an .npz (arrays keyed by input name); "
@@ -158,6 +160,13 @@ def open_calibration(model: onnx.ModelProto, calib: CalibrationOptions, *,
 
 
 def _random_source(model: onnx.ModelProto, specs: list[InputSpec], calib: CalibrationOptions) -> CalibrationSource:
+    for s in specs:
+        dyn = [axis for axis, d in enumerate(s.shape) if d is None and axis > 0]
+        if dyn:  # random data at 1 there (e.g. a 1x1 image) calibrates nothing sensible, or fails in onnxruntime
+            raise UsageError(f"the model input '{s.name}' ({s.describe()}) has dynamic dimension(s) at axis "
+                             f"{', '.join(map(str, dyn))}; random calibration needs the real size: pin it with "
+                             f"--input-shape {s.name}=" + ",".join(str(d) if d else "N" for d in s.shape)
+                             + " (or calibrate from --calib data).")
     ranges = {s.name: _input_range(model, s.name) for s in specs}
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
@@ -263,11 +272,10 @@ def _single_npz_source(path: Path, specs: list[InputSpec], calib: CalibrationOpt
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except Exception as exc:  # noqa: BLE001 - any decoding problem is the file's
-        raise InputError(f"{path}: not a readable .npz file ({type(exc).__name__}: {exc}).") from None
+    """The arrays of one calibration .npz, never unpickled (see :func:`fixer.model_io.read_npz`)."""
+    from ..model_io import read_npz
+
+    return read_npz(path, "--calib")
 
 
 def _npz_sample(path: Path, specs: list[InputSpec]) -> dict[str, np.ndarray]:

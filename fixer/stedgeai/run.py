@@ -116,6 +116,7 @@ def run_generate(
     timeout_s: float = 900,
     on_line: Callable[[str], None] | None = None,
     env: Mapping[str, str] | None = None,
+    temporary_workdir: bool = False,
 ) -> CompileResult:
     """Compile ``model`` with ``stedgeai generate --target stm32n6 --st-neural-art [profile]``.
 
@@ -123,6 +124,8 @@ def run_generate(
     as its current folder, so nothing is written next to the model. Every stdout/stderr line is
     passed to ``on_line`` as it arrives. ``profile`` is ``NAME@FILE.json`` or None for ST's
     default; ``extra_args`` are appended verbatim; ``env`` replaces the environment.
+    ``temporary_workdir``: the caller removes ``workdir`` afterwards, so a timeout message does not
+    point the user at it.
 
     Returns a CompileResult; ``ok=False`` with the log and the recognised known errors when
     stedgeai fails. Raises ToolError when stedgeai cannot be started or does not finish within
@@ -207,9 +210,11 @@ def run_generate(
         _kill_process_tree(process)
         process.wait()
         last = next((line for line in reversed(collected) if line.strip()), "")
+        where = ("its temporary workspace is removed (pass --workdir DIR to keep stedgeai's partial output)"
+                 if temporary_workdir else f"its partial output is in {workdir}")
         raise ToolError(
-            f"stedgeai did not finish within {timeout_s:g} s and was stopped; its partial output "
-            f"is in {workdir} (last line: '{last[:200]}')."
+            f"stedgeai did not finish within {timeout_s:g} s and was stopped; {where} "
+            f"(last line: '{last[:200]}')."
         ) from None
     except BaseException:
         _kill_process_tree(process)
