@@ -332,3 +332,22 @@ def test_a_second_nafix_process_reuses_the_cache(tmp_path):
     entry["row"]["estimate"]["epochs"] = 999  # marks the entry: only a cache hit can report it
     entry_file.write_text(json.dumps(entry))
     assert first["estimate"]["epochs"] != 999 and audit("2")["estimate"]["epochs"] == 999
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda r: r.update(estimate={"epochs": "9"}), "estimate"),
+    (lambda r: r.update(memory=None), "memory"),
+    (lambda r: r["sw_nodes"].append({"name": 3}), "sw_nodes"),
+    (lambda r: r.update(findings=[{"constraint": 1}]), "findings"),
+    (lambda r: r.update(path=None), "path"),
+])
+def test_merge_rejects_malformed_rows_with_one_error_line(tmp_path, capsys, mutate, needle):
+    code, out, _ = run(["audit", SOFTMAX, "-f", "json"], capsys)
+    rep = json.loads(out)
+    mutate(rep["models"][0])
+    p = tmp_path / "r.json"
+    p.write_text(json.dumps(rep))
+    code, out, err = run(["audit", "merge", p], capsys)
+    assert code == 2 and out == ""
+    (line,) = err.splitlines()
+    assert line.startswith(f"error: {p}: models[0] is malformed") and needle in line

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from .rows import row_problem
 
 log = logging.getLogger(__name__)
 
@@ -148,9 +149,6 @@ def cache_key(content: str, options: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-_ROW_KEYS = {"error": type(None), "estimate": dict, "sw_nodes": list, "memory": dict, "findings": list}
-
-
 class Cache:
     """Rows by key under ``root/v1/<2 hex>/<key>.json``. Only successful analyses are stored (an
     error such as a timeout may not happen again)."""
@@ -176,7 +174,7 @@ class Cache:
             return None
         row = entry.get("row") if isinstance(entry, dict) else None
         if not (isinstance(entry, dict) and entry.get("schema") == SCHEMA and entry.get("key") == key
-                and isinstance(row, dict) and all(isinstance(row.get(k), t) for k, t in _ROW_KEYS.items())):
+                and row_problem(row) is None and row.get("error") is None):
             log.debug("ignoring foreign or malformed cache entry %s", f)
             self.misses += 1
             return None

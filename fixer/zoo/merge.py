@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InputError
+from .rows import row_problem
 from .runner import build_report
 
 
@@ -19,9 +20,12 @@ def read_report(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise InputError(f"{p}: report file not found.") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{p}: not a JSON audit report ({exc}).") from None
-    if not (isinstance(data, dict) and isinstance(data.get("models"), list) and isinstance(data.get("profile"), str)
-            and all(isinstance(m, dict) and isinstance(m.get("path"), str) for m in data["models"])):
+    if not (isinstance(data, dict) and isinstance(data.get("models"), list) and isinstance(data.get("profile"), str)):
         raise InputError(f"{p}: not a nafix audit JSON report (write one with nafix audit --format json -o FILE).")
+    for i, m in enumerate(data["models"]):
+        problem = row_problem(m)
+        if problem is not None:
+            raise InputError(f"{p}: models[{i}] is malformed ({problem}); write the report again with nafix audit --format json.")
     return data
 
 
