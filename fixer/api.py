@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
+from .importers import check_loaded
 from .model_io import LoadedModel, invalid_model_error, load_model
 from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
@@ -25,6 +26,8 @@ from .results import (  # noqa: F401  (re-exported: fixer.api is where callers f
 log = logging.getLogger(__name__)
 
 ONNX_SUFFIXES = (".onnx",)
+#: Model files audit collects from folders (a file named on the command line is read by content).
+MODEL_SUFFIXES = (".onnx", ".tflite")
 
 
 @dataclass(frozen=True)
@@ -67,20 +70,21 @@ def analyze_path(path: str | os.PathLike[str], opts: AnalysisOptions, *, profile
     profile = profile or resolve_profile(opts)
     max_opset = None
     loaded = load_model(path, input_shapes=opts.input_shapes, max_opset=max_opset)
+    check_loaded(loaded)
     return analyze_model(loaded, profile=profile, pools=pools)
 
 
 def collect_models(paths: Sequence[str | os.PathLike[str]], *, recursive: bool = True) -> list[Path]:
-    """Expand files and folders into the list of .onnx files to audit (sorted, de-duplicated)."""
+    """Expand files and folders into the list of .onnx and .tflite files to audit (sorted, de-duplicated)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
             pattern = "**/*" if recursive else "*"
-            found = sorted(q for q in p.glob(pattern) if q.is_file() and q.suffix.lower() in ONNX_SUFFIXES)
+            found = sorted(q for q in p.glob(pattern) if q.is_file() and q.suffix.lower() in MODEL_SUFFIXES)
             if not found:
                 # info, not warning: with no model at all audit() raises the one 'error:' line on its own
-                log.info("%s: no .onnx files found", p)
+                log.info("%s: no .onnx or .tflite files found", p)
             out.extend(found)
         else:
             out.append(p)
@@ -103,7 +107,7 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
     pools = resolve_pools(opts.analysis)
     files = collect_models(paths, recursive=opts.recursive)
     if not files:
-        raise InputError(f"no .onnx model found under {', '.join(str(p) for p in paths)}.")
+        raise InputError(f"no .onnx or .tflite model found under {', '.join(str(p) for p in paths)}.")
     rows: list[ModelAudit] = []
     for i, f in enumerate(files):
         if progress:
@@ -342,6 +346,10 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     src = Path(path)
     out, report_path, header_path = default_outputs(src, opts.output)
     loaded = load_model(src, input_shapes=opts.analysis.input_shapes)
+    import_check = check_loaded(loaded, seed=opts.seed)
+    if import_check is not None and not import_check.checked and not opts.dry_run:
+        raise InputError(f"{src}: writing a model fixed from a TFLite file needs the TFLite interpreter to check "
+                         "the import (pip install 'nafix[tflite]'); --dry-run analyses it without.")
     if not opts.dry_run:
         _check_fix_outputs(opts, src, out, report_path)
     before = analyze_model(loaded, profile=profile, pools=pools)
@@ -404,6 +412,8 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         after=after, engine=engine, verification=verification, written=written,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
     )
+    if loaded.imported is not None and engine.changes:
+        result.source_check = _fixed_vs_source(loaded, engine, opts)
     if opts.compile is not None:
         try:
             result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
@@ -430,6 +440,13 @@ def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, r
         result.report_path = report_path
         atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n", force=opts.force,
                           protect=protect)
+
+
+def _fixed_vs_source(loaded: LoadedModel, engine, opts: FixOptions) -> list | None:
+    """The fixed model against the original's own runtime (the TFLite interpreter), same seeded inputs."""
+    from .importers.tflite_check import compare_model
+
+    return compare_model(loaded.imported, engine.model, io_changes=engine.io_changes, seed=opts.seed)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -259,7 +259,7 @@ class _ZooProgress:
 
 @app.command("fix")
 def fix_cmd(
-    model: str = typer.Argument(..., help="The ONNX model to fix (never modified)."),
+    model: str = typer.Argument(..., help="The ONNX or TFLite model to fix (never modified)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Output model path (default: MODEL.nafix.onnx beside the input)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these rules (ids or names; repeatable). Opt-in rules run only when selected."),
@@ -402,7 +402,7 @@ def _mention_stedgeai(explicit: Optional[str]) -> None:
 
 @app.command("compile")
 def compile_cmd(
-    model: str = typer.Argument(..., help="The ONNX model to compile."),
+    model: str = typer.Argument(..., help="The ONNX or TFLite model to compile (stedgeai reads .tflite natively)."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds to wait for stedgeai."),

@@ -41,9 +41,21 @@ def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
         "memory": a.memory.as_dict(),
         "dynamic_dims": [d.describe() for d in a.loaded.dynamic_dims],
         "warnings": list(a.loaded.warnings),
+        **_import_dict(a.loaded),
         "oe_export": a.placement.oe_export,
         "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes} for g in a.estimate.groups],
     }
+
+
+_FORMAT_LABELS = {"tflite": "TFLite", "onnx": "ONNX"}
+
+
+def _import_dict(loaded) -> dict[str, Any]:
+    imp = getattr(loaded, "imported", None)
+    if imp is None:
+        return {"source_format": "onnx"}
+    check = imp.check.as_dict() if imp.check is not None else None
+    return {"source_format": imp.source_format, "import_check": check}
 
 
 def audit_dict(result: AuditResult, *, profile: str) -> dict[str, Any]:
@@ -447,6 +459,12 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
         "memory": {"before": before.memory.as_dict(), "after": after.memory.as_dict()},
         "rules_run": result.rules_run,
         "warnings": result.warnings,
+        "source_format": {"before": _import_dict(before.loaded)["source_format"], "after": "onnx"},
+        **({"import_check": before.loaded.imported.check.as_dict()}
+           if getattr(before.loaded, "imported", None) is not None and before.loaded.imported.check is not None
+           else {}),
+        **({"fixed_vs_tflite": [o.as_dict() for o in result.source_check]}
+           if getattr(result, "source_check", None) else {}),
         **({"stedgeai": result.compiled.as_dict()} if getattr(result, "compiled", None) is not None else {}),
         **({"quantization": result.quantization} if getattr(result, "quantization", None) is not None else {}),
     }
@@ -498,9 +516,16 @@ def fix_renderables(result, *, verbose: bool = False):
     t.add_column("epochs", justify="right")
     t.add_column("SW epochs", justify="right")
     t.add_column("HW ratio", justify="right")
-    t.add_row("before", str(b.epochs), str(b.sw_epochs), f"{b.hw_ratio:.1%}")
-    t.add_row("after", str(a.epochs), str(a.sw_epochs), f"{a.hw_ratio:.1%}")
+    imported = getattr(result.before.loaded, "imported", None)
+    src_label = f" ({_FORMAT_LABELS.get(imported.source_format, imported.source_format)})" if imported is not None else ""
+    t.add_row("before" + src_label, str(b.epochs), str(b.sw_epochs), f"{b.hw_ratio:.1%}")
+    t.add_row("after (ONNX)" if imported is not None else "after", str(a.epochs), str(a.sw_epochs), f"{a.hw_ratio:.1%}")
     out.append(t)
+    if imported is not None and imported.check is not None:
+        out.append(Text(imported.check.summary(), style="dim"))
+    for o in getattr(result, "source_check", None) or []:
+        lsb = f"max {o.max_lsb} LSB, " if o.max_lsb is not None else f"max error {o.max_rel:.2%} of its largest magnitude, "
+        out.append(Text(f"  fixed model vs TFLite interpreter, {o.name}: {lsb}{o.exact_fraction:.2%} exact"))
     q = getattr(result, "quantization", None)
     if q is not None:
         out.extend(quantization_renderables(q, result))

@@ -87,6 +87,9 @@ class FixResult:
     compiled: "CompileComparison | None" = None
     quantization: dict | None = None  # what --quantize did and the accuracy it cost
     pre_engine: "EngineResult | None" = None  # rewrites applied before quantization (float models)
+    #: A model imported from TFLite: the fixed model's outputs against the TFLite interpreter's on the
+    #: import check's seeded inputs (None for ONNX input, or when the interface differs).
+    source_check: list | None = None
 
     @property
     def changed(self) -> bool:

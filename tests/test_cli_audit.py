@@ -246,7 +246,7 @@ def _case(name: str, tmp: Path) -> tuple[list, str]:
     if name == "folder without onnx":
         (tmp / "empty").mkdir()
         (tmp / "empty" / "notes.txt").write_text("no models here")
-        return [tmp / "empty"], "no .onnx model found"
+        return [tmp / "empty"], "no .onnx or .tflite model found"
     if name == "text renamed onnx":
         (tmp / "text.onnx").write_text("name,value\nconv,3\n" * 20)
         return [tmp / "text.onnx"], "not an ONNX model"
@@ -402,7 +402,7 @@ def test_console_script_bad_input_prints_one_line(tmp_path):
     r = console("audit", empty)
     assert r.returncode == 2
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: no .onnx model found under"), r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: no .onnx or .tflite model found under"), r.stderr
     assert str(empty) in lines[0]
     assert r.stdout == ""
     assert sha256_tree(tmp_path) == before

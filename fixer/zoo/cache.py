@@ -52,7 +52,7 @@ def _hash_file(h, path: Path) -> None:
 
 
 def content_sha256(path: Path) -> str | None:
-    """sha256 of the model file followed by each external data file it names (sorted by location);
+    """sha256 of the model file followed by each external data file an ONNX model names (sorted by location);
     None when the file (or a data file) cannot be read: the worker then reports why."""
     if not path.is_file():  # a FIFO or device could block or never end: the worker reports it
         return None
@@ -64,7 +64,7 @@ def content_sha256(path: Path) -> str | None:
                 h.update(chunk)
                 seen = seen or mark in tail + chunk
                 tail = chunk[-len(mark):]
-        if seen:  # the key of every external-data entry; parse the model only then
+        if seen and path.suffix.lower() == ".onnx":  # the key of every external-data entry; parse only then
             for loc in _external_locations(path):
                 h.update(b"\0" + loc.encode() + b"\0")
                 target = (path.parent / loc)

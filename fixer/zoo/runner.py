@@ -82,7 +82,7 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
     pools = resolve_pools(analysis)
     files = collect_models(paths, recursive=zoo.recursive)
     if not files:
-        raise InputError(f"no .onnx model found under {', '.join(str(p) for p in paths)}.")
+        raise InputError(f"no .onnx or .tflite model found under {', '.join(str(p) for p in paths)}.")
     if zoo.shard is not None:
         files = [f for f in files if zoo.shard.takes(str(f))]
     names = sorted({str(f) for f in files})
