@@ -109,6 +109,10 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
     if not files:
         raise InputError(f"no .onnx or .tflite model found under {', '.join(str(p) for p in paths)}.")
     rows: list[ModelAudit] = []
+    # every path given gets a row: a folder without any model is an error row of its own
+    for p in paths:
+        if Path(p).is_dir() and not collect_models([p], recursive=opts.recursive):
+            rows.append(ModelAudit(Path(p), error=f"{p}: no .onnx model found in this folder."))
     for i, f in enumerate(files):
         if progress:
             progress(i, len(files), f)
@@ -520,6 +524,18 @@ def locate_stedgeai(opts: CompileOptions, *, required: bool):
     if tool is None:
         return None, None
     return tool, stedgeai_version(tool, timeout=min(60.0, opts.timeout_s))
+
+
+def spend_timeout(opts: CompileOptions, seconds: float) -> CompileOptions:
+    """``opts`` with ``seconds`` of its stedgeai time budget used (every run of a command shares it)."""
+    from dataclasses import replace
+
+    from .errors import ToolError
+
+    left = opts.timeout_s - seconds
+    if left <= 0:
+        raise ToolError(f"stedgeai did not finish within the timeout of {opts.timeout_s:g} s (all its runs together).")
+    return replace(opts, timeout_s=max(round(left, 1), 0.1))
 
 
 def check_compile_options(opts: CompileOptions) -> Path:

@@ -279,7 +279,7 @@ def fix_cmd(
     compile_: bool = typer.Option(False, "--compile", help="Also compile the original and the fixed model with stedgeai and compare real epochs."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json for stedgeai (--st-neural-art) and the memory estimate."),
-    compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds to wait for each stedgeai run."),
+    compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds all stedgeai runs of this command may take together (--version, before, after)."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
     quantize: bool = typer.Option(False, "--quantize", help="Re-quantize with onnxruntime for the NPU: float models, uint8 activations, float islands."),
     calib: Optional[str] = typer.Option(None, "--calib", help="Calibration data: a folder of .npz (one sample each), one .npz with a sample axis, or a folder of images."),
@@ -405,7 +405,7 @@ def compile_cmd(
     model: str = typer.Argument(..., help="The ONNX or TFLite model to compile (stedgeai reads .tflite natively)."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds to wait for stedgeai."),
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds stedgeai may take (--version and generate together)."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
@@ -414,7 +414,8 @@ def compile_cmd(
 ):
     """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
     model = Path(model)
-    from .api import AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools
+    from .api import (AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools,
+                      spend_timeout)
     from .model_io import parse_input_shapes
     from .report import compile_renderables
 
@@ -422,7 +423,11 @@ def compile_cmd(
         target = _output_target(output, f"{model.stem}.compile.{_EXT[fmt.value]}", force=force, protected=[model])
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=timeout,
                                workdir=str(workdir) if workdir else None)
+        import time
+
+        started = time.monotonic()
         tool, version = locate_stedgeai(copts, required=True)
+        copts = spend_timeout(copts, time.monotonic() - started)  # --version and generate share --timeout
         aopts = AnalysisOptions(input_shapes=parse_input_shapes(input_shape), neural_art_profile=profile)
         analysis = analyze_path(model, aopts, pools=resolve_pools(aopts))
         if not analysis.memory.fits_on_chip:
@@ -471,7 +476,7 @@ def explain_cmd(
     found = explain(text)
     try:
         report = parse_report(text, source=str(path))
-    except NafixError:
+    except Exception:  # noqa: BLE001 - not a report nafix can read: explain the log lines only
         report = None
     if fmt == OutFormat.json:
         data = {"nafix_version": __version__,
@@ -677,6 +682,11 @@ def main(argv: Optional[list[str]] = None) -> None:
         idx = args.index(first)
         args.insert(idx, "fix")
     install_sigterm_cleanup()
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 terminal or pipe must not turn a file name into a crash
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except Exception:  # noqa: BLE001 - not a TextIOWrapper (tests, embedding): leave it
+            pass
     ce = _click_exceptions()
     no_args = getattr(ce, "NoArgsIsHelpError", None)
     try:
@@ -700,6 +710,12 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(getattr(exc, "exit_code", 2) or 2)
     except SystemExit:
         raise
+    except MemoryError:
+        if _state["debug"]:
+            raise
+        _error("nafix ran out of memory (a very large model or input, or a size option far too big); "
+               "check the sizes given, or run on a machine with more memory.")
+        sys.exit(2)
     except Exception:
         if _state["debug"]:
             raise

@@ -330,6 +330,13 @@ def _check_strings(msg, path: Path, where: str = "model") -> None:
     be UTF-8: protobuf hands back raw bytes for a corrupt one, which later breaks graph export."""
     from google.protobuf.descriptor import FieldDescriptor
 
+    if isinstance(msg, onnx.TensorProto):  # never materialize the weights: only its text fields
+        for name in ("name", "doc_string"):
+            if isinstance(getattr(msg, name), bytes):
+                raise InputError(f"{path}: {where}.{name} is not UTF-8 text; the file is corrupt.")
+        for k, e in enumerate(msg.external_data):
+            _check_strings(e, path, f"{where}.external_data[{k}]")
+        return
     for fd, value in msg.ListFields():
         repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == FieldDescriptor.LABEL_REPEATED
         items = value if repeated else [value]
@@ -544,8 +551,10 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect:
     with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
         with atomic_path(data_path, kind=MODEL, force=True, protected=protect, what="external data") as data_tmp:
             # onnx writes the weights to the location beside the model file: write them under the
-            # temporary name, then the rename of both makes the pair appear together
-            onnx.save_model(model, str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+            # temporary name (onnx creates that file itself), then the renames make the pair appear
+            data_tmp.unlink()
+            # onnx moves the weights of the proto it saves out to the file: save a copy, not the caller's
+            onnx.save_model(_copy(model), str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
                             location=data_tmp.name, size_threshold=1024)
             _relocate_external_data(tmp, data_name)
     return out

@@ -101,6 +101,17 @@ def if_model() -> onnx.ModelProto:
                  [c, nh.from_array(np.eye(4, dtype=np.float32), "W"), nh.from_array(np.array(-100, np.float32), "zero")])
 
 
+def if_inner_only_model() -> onnx.ModelProto:
+    """The tensor NAF006 rewrites is read only inside the then-branch (an implicit input of the If)."""
+    sub, c = sub_first()
+    then_g = h.make_graph([h.make_node("Relu", ["s"], ["then_out"], name="then_relu")], "then", [], [tv("then_out", [1, 4])])
+    else_g = h.make_graph([h.make_node("Sigmoid", ["x"], ["else_out"], name="else_sig")], "else", [], [tv("else_out", [1, 4])])
+    nodes = [sub, h.make_node("ReduceSum", ["x"], ["r"], name="rs", keepdims=0),
+             h.make_node("Greater", ["r", "zero"], ["cond"], name="gt"),
+             h.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+    return model(nodes, [tv("x", [1, 4])], [tv("y", [1, 4])], [c, nh.from_array(np.array(-100, np.float32), "zero")])
+
+
 def loop_model() -> onnx.ModelProto:
     sub, c = sub_first()
     body = h.make_graph([h.make_node("Add", ["v_in", "s"], ["v_out"], name="body_add"),
@@ -122,7 +133,8 @@ def scan_model() -> onnx.ModelProto:
                  [c, nh.from_array(np.zeros(4, np.float32), "init"), nh.from_array(np.float32(2.0), "k")])
 
 
-@pytest.mark.parametrize("build,op", [(if_model, "If"), (loop_model, "Loop"), (scan_model, "Scan")])
+@pytest.mark.parametrize("build,op", [(if_model, "If"), (if_inner_only_model, "If"), (loop_model, "Loop"),
+                                      (scan_model, "Scan")])
 def test_subgraph_models_audit_and_fix(tmp_path, capsys, build, op):
     src = save(build(), tmp_path / "m.onnx")
     code, out, err = run(["audit", src, "-f", "json"], capsys)
@@ -435,6 +447,14 @@ def test_fifo_in_audit_does_not_hang(tmp_path, capsys):
     assert len(json.loads(out)["models"]) == 2
 
 
+def test_every_audit_path_gets_a_row(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    code, out, err = run(["audit", tmp_path / "empty", tmp_path / "missing.onnx", SOFTMAX, "-f", "json"], capsys)
+    one_error(code, err, "2 of 3 models")
+    rows = json.loads(out)["models"]
+    assert len(rows) == 3 and "no .onnx model found" in rows[0]["error"] and "no such file" in rows[1]["error"]
+
+
 def test_more_than_one_error_row_is_still_one_error_line(tmp_path, capsys):
     bad1, bad2 = tmp_path / "a.onnx", tmp_path / "b.onnx"
     bad1.write_bytes(b"garbage")
@@ -508,6 +528,8 @@ def test_yaml_errors_are_one_line_with_file_and_line(tmp_path, capsys):
     "name: x\nlimits: [1, 2]\noperators: {}\n",
     "name: x\nlimits: {}\noperators: {Conv: {tier: hw, tag: DOC, constraints: 5}}\n",
     "name: x\nlimits: {}\noperators: {}\nsw_int8_kernels: [Conv]\n",
+    "name: x\nlimits: {}\noperators: {Softmax: {tier: sw, tag: DOC, constraints: [no_such_check]}}\n",
+    "name: x\nlimits: {}\noperators: {Softmax: {tier: sw, tag: DOC, constraints: [{a: 1}]}}\n",
 ])
 def test_profile_with_wrong_types_is_one_line(tmp_path, capsys, text):
     prof = tmp_path / "p.yaml"
@@ -662,3 +684,42 @@ def test_checker_rejected_model_that_breaks_nafix_is_bad_input(tmp_path, capsys,
     one_error(code, err, "not a valid ONNX model (onnx checker", "TypeError")
     code, out, err = run(["fix", SOFTMAX, "--dry-run"], capsys)
     assert code == 3 and "internal error" in err
+
+
+@pytest.mark.parametrize("opts,needle", [
+    (["--calib-mean", "nan"], "finite numbers"), (["--calib-std", "inf"], "finite numbers"),
+    (["--calib-size", "100000x100000"], "fixed at 64x64"),
+])
+def test_calibration_options_that_cannot_work_are_one_line(tmp_path, capsys, opts, needle):
+    from PIL import Image
+
+    imgs = tmp_path / "imgs"
+    imgs.mkdir()
+    Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(imgs / "a.png")
+    code, out, err = run(["fix", ROOT / "sample_models" / "classifier_softmax_float.onnx", "--quantize",
+                          "--calib", imgs, *opts, "-o", str(tmp_path / "o") + "/"], capsys)
+    one_error(code, err, needle)
+    assert not (tmp_path / "o").exists()
+
+
+def test_out_of_memory_is_one_line(capsys, monkeypatch):
+    import fixer.api as api
+
+    def oom(*a, **k):
+        raise MemoryError()
+
+    monkeypatch.setattr(api, "load_model", oom)
+    code, out, err = run(["fix", SOFTMAX, "--dry-run"], capsys)
+    one_error(code, err, "ran out of memory")
+
+
+def test_non_ascii_names_on_an_ascii_terminal(tmp_path):
+    import subprocess
+
+    src = tmp_path / "m\u00f8del [bold].onnx"
+    src.write_bytes(SOFTMAX.read_bytes())
+    env = {**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"}
+    done = subprocess.run([sys.executable, "-c", "from fixer.cli import main; main()", "audit", str(src)],
+                          capture_output=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert b"m\\xf8del [bold]" in done.stdout and b"Traceback" not in done.stderr

@@ -169,3 +169,54 @@ def test_signal_during_write_removes_the_temporary_file(tmp_path, sig):
     proc.wait(timeout=20)
     assert proc.returncode != 0
     assert list(tmp_path.iterdir()) == []
+
+
+def test_large_model_with_external_data_goes_through_the_same_rules(tmp_path, monkeypatch):
+    import numpy as np
+
+    import fixer.model_io as mio
+
+    w = np.arange(4096, dtype=np.float32).reshape(64, 64)
+    g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])],
+                          [onnx.numpy_helper.from_array(w, "W")])
+    m = helper.make_model(g)
+    m.ir_version = 8
+    m.metadata_props.add(key="nafix.version", value="0")
+    monkeypatch.setattr(mio, "PROTOBUF_LIMIT", 1000)  # as if the model were over 2 GB
+    out = tmp_path / "big.nafix.onnx"
+    for _ in range(2):  # the second save replaces nafix's own pair
+        mio.save_model(m, out)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["big.nafix.onnx", "big.nafix.onnx.data"]
+    back = onnx.load(str(out))
+    assert np.array_equal(onnx.numpy_helper.to_array(back.graph.initializer[0]), w)
+    foreign = tmp_path / "other.onnx"
+    (tmp_path / "other.onnx.data").write_bytes(b"user data")
+    with pytest.raises(OutputError, match="other.onnx.data"):
+        mio.save_model(m, foreign)
+    assert (tmp_path / "other.onnx.data").read_bytes() == b"user data" and not foreign.exists()
+
+
+def test_sigterm_while_nafix_fix_writes_leaves_nothing(tmp_path):
+    """The whole CLI: SIGTERM arrives while the model is being written (os.replace made slow)."""
+    src = Path(__file__).resolve().parents[1] / "sample_models" / "classifier_softmax.onnx"
+    code = textwrap.dedent(f"""
+        import os, sys, time
+        real = os.replace
+        def slow(a, b):
+            print("writing", flush=True)
+            time.sleep(30)
+            real(a, b)
+        os.replace = slow
+        from fixer.cli import main
+        main(["fix", {str(src)!r}, "-o", {str(tmp_path / 'out') + '/'!r}])
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = proc.stdout.readline()
+    assert line.strip() == b"writing", proc.stderr.read()
+    assert len(_leftovers(tmp_path)) == 1
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=30)
+    assert proc.returncode == 143
+    assert _leftovers(tmp_path) == [] and not list((tmp_path / "out").iterdir())

@@ -101,6 +101,7 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         epoch = _choice(entry, "epoch", where, path, EPOCH_KINDS, "compute" if tier != "movement" else "none")
         tag = _choice(entry, "tag", where, path, TAGS)
         cons = tuple(entry.get("constraints", ()) or ())
+        _check_constraint_names(cons, where, path)
         extra = entry.get("extra_epochs", 0)
         if not isinstance(extra, int) or extra < 0:
             raise ProfileError(f"{path}: '{where}.extra_epochs' must be a non-negative integer.")
@@ -118,6 +119,20 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
     )
 
 
+def _check_constraint_names(cons: tuple, where: str, path: str) -> None:
+    """Every constraint an operator lists must be a registered one (a typo would fail mid-placement)."""
+    from . import constraints  # noqa: F401 - registers every constraint
+
+    known = constraints.REGISTRY
+    for c in cons:
+        if not isinstance(c, str) or c not in known:
+            import difflib
+
+            near = difflib.get_close_matches(str(c), list(known), n=1)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            raise ProfileError(f"{path}: '{where}.constraints' names {c!r}, which is not a known constraint{hint}")
+
+
 def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = frozenset()) -> TargetProfile:
     """Load a target profile by built-in name (``stm32n6``) or from a YAML file path.
 
@@ -126,6 +141,8 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
     spec = spec or "stm32n6"
     p = Path(spec)
     if p.suffix in (".yaml", ".yml") or p.exists():
+        if p.is_dir():
+            raise ProfileError(f"{p}: is a folder, not a target profile YAML file.")
         if not p.is_file():
             raise ProfileError(f"{p}: target profile file not found.")
         where = str(p)

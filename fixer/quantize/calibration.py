@@ -65,6 +65,9 @@ class CalibrationOptions:
             raise UsageError("the number of calibration samples must be at least 1.")
         if self.image_size is not None and (len(self.image_size) != 2 or min(self.image_size) < 1):
             raise UsageError(f"the calibration image size must be two positive integers (H, W), not {self.image_size}.")
+        for what, values in (("mean", self.mean), ("std", self.std)):
+            if values is not None and not all(math.isfinite(float(v)) for v in values):
+                raise UsageError(f"the calibration {what} must be finite numbers, not {list(values)}.")
         if self.std is not None and any(float(s) == 0.0 for s in self.std):
             raise UsageError("the calibration std must not contain 0.")
         if not (self.scale > 0 and math.isfinite(self.scale)):
@@ -339,6 +342,10 @@ def _image_target(specs: list[InputSpec], calib: CalibrationOptions, model_name:
         raise UsageError(f"{folder}: the model input '{spec.name}' ({spec.describe()}, {layout.upper()}) has "
                          f"{channels} channels; images give 1 or 3.")
     size = calib.image_size or hw
+    if calib.image_size is not None and hw[0] is not None and hw[1] is not None and tuple(size) != tuple(hw):
+        raise UsageError(f"{folder}: --calib-size {size[0]}x{size[1]} differs from the model input '{spec.name}' "
+                         f"({spec.describe()}, {layout.upper()}), whose height and width are fixed at {hw[0]}x{hw[1]}; "
+                         "leave --calib-size out.")
     if size[0] is None or size[1] is None:
         raise UsageError(f"{folder}: the model input '{spec.name}' ({spec.describe()}) has a dynamic height or "
                          "width; give the image size (H, W) to resize calibration images to.")

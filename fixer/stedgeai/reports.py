@@ -339,14 +339,17 @@ def _parse_io(text: str) -> tuple[tuple[IoInfo, ...], tuple[IoInfo, ...]]:
             size: int | None = _to_bytes(match.group("size"), match.group("unit"))
         except ValueError:
             size = None
-        info = IoInfo(
-            name=match.group("name"),
-            dtype=match.group("dtype"),
-            shape=_parse_shape(match.group("shape")),
-            scale=float(q.group("scale")) if q else None,
-            zero_point=int(q.group("zp")) if q else None,
-            size_bytes=size,
-        )
+        try:
+            info = IoInfo(
+                name=match.group("name"),
+                dtype=match.group("dtype"),
+                shape=_parse_shape(match.group("shape")),
+                scale=float(q.group("scale")) if q else None,
+                zero_point=int(q.group("zp")) if q else None,
+                size_bytes=size,
+            )
+        except ValueError:  # a garbled line (e.g. "1.2.3" as a scale): that I/O line is not read
+            continue
         target = inputs if match.group("dir").lower() == "input" else outputs
         target.setdefault(int(match.group("index")), info)
     return (

@@ -254,6 +254,9 @@ def run_generate(
             problems.append(f"No *_generate_report.txt was found under {output_dir} or {workspace_dir}.")
     except InputError as exc:
         problems.append(exc.message)
+    except Exception as exc:  # noqa: BLE001 - a report the parser does not follow is a problem, not a crash
+        report = None
+        problems.append(f"The stedgeai report could not be parsed ({type(exc).__name__}: {exc}).")
 
     c_info: CInfo | None = None
     c_info_path = _find_first(folders, ["network_c_info.json", "*_c_info.json", "c_info.json"])
@@ -262,6 +265,8 @@ def run_generate(
             c_info = load_c_info(c_info_path)
         except InputError as exc:
             problems.append(exc.message)
+        except Exception as exc:  # noqa: BLE001 - as for the report
+            problems.append(f"{c_info_path} could not be parsed ({type(exc).__name__}: {exc}).")
     else:
         problems.append(f"No *_c_info.json was found under {output_dir} or {workspace_dir}.")
 
@@ -272,7 +277,7 @@ def run_generate(
             epoch_csv = parse_epoch_csv(
                 csv_path.read_text(encoding="utf-8", errors="replace"), source=str(csv_path)
             )
-        except (InputError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - InputError, OSError, or a CSV the parser does not follow
             problems.append(getattr(exc, "message", None) or f"{csv_path} cannot be read: {exc}.")
 
     if report is not None and c_info is not None and report.epochs != c_info.epoch_count:
