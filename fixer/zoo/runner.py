@@ -83,17 +83,19 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
     files = collect_models(paths, recursive=zoo.recursive)
     if not files:
         raise InputError(f"no .onnx or .tflite model found under {', '.join(str(p) for p in paths)}.")
+    # every path given gets a row: a folder without any model is an error row of its own
+    empty = [str(p) for p in paths if Path(p).is_dir() and not collect_models([p], recursive=zoo.recursive)]
     if zoo.shard is not None:
         files = [f for f in files if zoo.shard.takes(str(f))]
+        empty = [p for p in empty if zoo.shard.takes(p)]
     names = sorted({str(f) for f in files})
     stats: dict[str, Any] = {"models": len(names), "cached": 0, "analysed": 0}
+    rows: dict[str, dict[str, Any]] = {p: error_row(p, f"{p}: no .onnx model found in this folder.") for p in empty}
     if not names:
-        return [], stats
+        return sorted(rows.values(), key=lambda r: r["path"]), stats
     cache = Cache(zoo.cache_dir or default_cache_dir()) if zoo.use_cache else None
     opt_fp = options_fingerprint(analysis, profile, pools) if cache else ""
-    rows: dict[str, dict[str, Any]] = {}
     todo: list[tuple[str, str | None, str | None]] = []  # (path, sha256, cache key)
-    failures = 0
     for name in names:
         if cache is None:  # the workers hash the files, in parallel
             todo.append((name, None, None))
@@ -105,9 +107,10 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
             rows[name] = dict(row, path=name, sha256=sha)
         else:
             todo.append((name, sha, key))
-    stats["cached"] = len(rows)
+    stats["cached"] = len(names) - len(todo)
+    failures = len(empty)
     if progress:
-        progress(len(rows), len(names), 0)
+        progress(stats["cached"], len(names), failures)
 
     def done(name: str, row: dict[str, Any]) -> None:
         nonlocal failures
@@ -115,7 +118,7 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
         if row.get("error"):
             failures += 1
         if progress:
-            progress(len(rows), len(names), failures)
+            progress(len(rows) - len(empty), len(names), failures)
 
     cache_root = str(cache.root) if cache is not None else None
     if todo:
@@ -127,7 +130,7 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
             jobs = zoo.jobs or default_jobs()
             _run_pool(todo, analysis, min(jobs, len(todo)), zoo.timeout, cache_root, done)
     stats["analysed"] = len(todo)
-    return [rows[n] for n in names], stats
+    return sorted(rows.values(), key=lambda r: r["path"]), stats
 
 
 def _context():

@@ -48,8 +48,12 @@ def audit_one(path: str, opts, sha256: str | None = None) -> dict[str, Any]:
     except MemoryError:
         return error_row(path, f"{path}: nafix ran out of memory analysing this model.", sha256)
     except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
+        from ..model_io import invalid_model_error
+
         log.debug("unexpected error on %s", path, exc_info=True)
-        return error_row(path, f"{path}: nafix could not analyse this model ({type(exc).__name__}: {exc}).", sha256)
+        invalid = invalid_model_error(Path(path), exc)
+        return error_row(path, invalid.message if invalid else
+                         f"{path}: nafix could not analyse this model ({type(exc).__name__}: {exc}).", sha256)
 
 
 def audit_and_store(path: str, opts, sha256: str | None, key: str | None, cache_root: str | None) -> dict[str, Any]:
