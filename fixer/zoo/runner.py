@@ -121,6 +121,12 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
             progress(len(rows) - len(empty), len(names), failures)
 
     cache_root = str(cache.root) if cache is not None else None
+    # forked workers inherit the resolved profile and the modules the analysis uses: no worker
+    # parses the profile YAML again or imports on its first model
+    from .. import report  # noqa: F401
+    from . import worker
+
+    worker.prime(analysis, profile, pools)
     if todo:
         if zoo.executor:
             from .dask_executor import run_dask

@@ -24,6 +24,13 @@ def _profile_and_pools(opts):
     return _resolved[key]
 
 
+def prime(opts, profile, pools) -> None:
+    """Remember the profile and pools already resolved for ``opts`` (workers forked after this
+    inherit them)."""
+    _resolved.clear()
+    _resolved[repr(opts)] = (profile, pools)
+
+
 def error_row(path: str, message: str, sha256: str | None = None) -> dict[str, Any]:
     return {"path": path, "sha256": sha256, "error": message, "estimate": None, "sw_nodes": [], "memory": None}
 
