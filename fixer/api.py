@@ -39,6 +39,7 @@ class AnalysisOptions:
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     mpool: str | None = None  # a .mpool file for the memory estimate
     neural_art_profile: str | None = None  # NAME@FILE.json
+    core: str | None = None  # stedgeai core version X.Y (default: the newest in the profile data)
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class AuditOptions:
 
 
 def resolve_profile(opts: AnalysisOptions) -> TargetProfile:
-    return load_profile(opts.target_profile, options=frozenset(opts.stedgeai_options))
+    return load_profile(opts.target_profile, options=frozenset(opts.stedgeai_options), core=opts.core)
 
 
 def resolve_pools(opts: AnalysisOptions):
@@ -574,11 +575,17 @@ def estimate_vs_real(analysis: ModelAnalysis | None, result) -> list[dict]:
     if analysis.estimate.epochs != rep.epochs:
         rows.append({"what": "epochs", "predicted": analysis.estimate.epochs, "actual": rep.epochs})
     by_name = analysis.placement.by_name
-    pred = Counter(by_name[g.nodes[0]].op_type for g in analysis.estimate.groups if g.unit == SW)
+    # SW (and, where the report counts them, hybrid) epochs by the name the report prints
+    pred = analysis.estimate.sw_ops
     act = Counter(rep.sw_ops)
     for op in sorted(set(pred) | set(act)):
         if pred[op] != act[op]:
             rows.append({"what": "sw_ops", "op": op, "predicted": pred[op], "actual": act[op]})
+    if rep.hybrid_epochs is not None:
+        pred_h, act_h = analysis.estimate.hybrid_ops, Counter(rep.hybrid_ops)
+        for op in sorted(set(pred_h) | set(act_h)):
+            if pred_h[op] != act_h[op]:
+                rows.append({"what": "hybrid_ops", "op": op, "predicted": pred_h[op], "actual": act_h[op]})
     if result.c_info is not None:
         for ep in result.c_info.counted_epochs:
             actual = "SW" if ep.kind == "SW" else ("HYBRID" if ep.kind == "HYBRID" else "HW")

@@ -74,21 +74,33 @@ def _root(
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile):
+def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core=None):
     from .api import AnalysisOptions
     from .model_io import parse_input_shapes
+    from .npu.profile import normalize_options
 
     return AnalysisOptions(
         target_profile=target_profile,
-        stedgeai_options=frozenset(stedgeai_option or ()),
+        stedgeai_options=normalize_options(stedgeai_option or ()),
         input_shapes=parse_input_shapes(input_shape),
         mpool=mpool,
         neural_art_profile=profile,
+        core=core,
     )
 
 
+def _stedgeai_args(stedgeai_option) -> tuple[str, ...]:
+    """The --stedgeai-option values as stedgeai arguments, so estimate and measurement describe one build."""
+    from .npu.profile import normalize_options, option_args
+
+    return tuple(option_args(normalize_options(stedgeai_option or ())))
+
+
 TARGET_HELP = "Target profile: built-in name (stm32n6) or a YAML file with limits and the operator table."
-OPTION_HELP = "A stedgeai option that changes placement: --expand-softmax, --GELU-recognition, --SWISH-recognition."
+OPTION_HELP = ("A stedgeai option that changes placement, with its value in the same argument: "
+               "--stedgeai-option='--input-data-type float32' (--output-data-type, --inputs-ch-position, "
+               "--no-inputs-allocation, --expand-softmax, --GELU-recognition, --SWISH-recognition); repeatable.")
+CORE_HELP = "ST Edge AI Core version X.Y whose placement facts apply (default: the newest in the target profile)."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
 #: File extension of a report written with -o FOLDER/, by --format value.
 _EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html"}
@@ -111,6 +123,7 @@ def audit_cmd(
     mpool: Optional[str] = typer.Option(None, "--mpool", help="A stedgeai .mpool file for the memory estimate."),
     profile: Optional[str] = typer.Option(None, "--profile", help="A Neural-ART profile NAME@FILE.json (its memory pools)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
+    core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
     jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes (default 0: one per CPU)."),
     timeout: float = typer.Option(120.0, "--timeout", min=0, help="Seconds per model before it becomes an error row (0: no limit)."),
     cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Result cache folder (default: $NAFIX_CACHE_DIR, else the user cache folder)."),
@@ -127,7 +140,7 @@ def audit_cmd(
     try:
         target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force, protected=paths)
         baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
-        opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile)
+        opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
         zoo = ZooOptions(jobs=jobs, timeout=timeout or None, cache_dir=Path(cache_dir) if cache_dir else None,
                          use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor)
         base = None
@@ -291,6 +304,7 @@ def fix_cmd(
     calib_order: str = typer.Option("rgb", "--calib-channel-order", help="Images: rgb or bgr."),
     calib_samples: int = typer.Option(200, "--calib-samples", help="At most this many calibration samples."),
     calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
+    core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
     model = Path(model)
@@ -299,9 +313,10 @@ def fix_cmd(
 
     try:
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=compile_timeout,
-                               workdir=str(workdir) if workdir else None) if compile_ else None
+                               workdir=str(workdir) if workdir else None,
+                               extra_args=_stedgeai_args(stedgeai_option)) if compile_ else None
         opts = FixOptions(
-            analysis=_analysis_options(target_profile, stedgeai_option, input_shape, None, profile),
+            analysis=_analysis_options(target_profile, stedgeai_option, input_shape, None, profile, core),
             output=output, dry_run=dry_run, select=tuple(select or ()), ignore=tuple(ignore or ()),
             rules_dirs=tuple(str(r) for r in rules or ()), input_type=input_type,
             inputs_npz=str(inputs) if inputs else None, keep_failed=keep_failed, force=force, seed=seed,
@@ -411,6 +426,8 @@ def compile_cmd(
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
+    core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP + " Default: the installed stedgeai's version."),
 ):
     """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
     model = Path(model)
@@ -422,13 +439,18 @@ def compile_cmd(
     try:
         target = _output_target(output, f"{model.stem}.compile.{_EXT[fmt.value]}", force=force, protected=[model])
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=timeout,
-                               workdir=str(workdir) if workdir else None)
+                               workdir=str(workdir) if workdir else None, extra_args=_stedgeai_args(stedgeai_option))
         import time
 
         started = time.monotonic()
         tool, version = locate_stedgeai(copts, required=True)
         copts = spend_timeout(copts, time.monotonic() - started)  # --version and generate share --timeout
-        aopts = AnalysisOptions(input_shapes=parse_input_shapes(input_shape), neural_art_profile=profile)
+        from .calibrate import core_of
+        from .npu.profile import normalize_options
+
+        aopts = AnalysisOptions(input_shapes=parse_input_shapes(input_shape), neural_art_profile=profile,
+                                stedgeai_options=normalize_options(stedgeai_option or ()),
+                                core=core or core_of(version) or None)
         analysis = analyze_path(model, aopts, pools=resolve_pools(aopts))
         if not analysis.memory.fits_on_chip:
             err.print(f"warning: estimated peak activations {analysis.memory.peak_activation_bytes / 1024:,.0f} KiB "
@@ -452,6 +474,28 @@ def compile_cmd(
             out.print(r)
     if not compiled.result.ok:
         raise typer.Exit(1)
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    pairs_dir: Path = typer.Argument(..., help="A folder of pair folders, each with a model and its stedgeai report(s)."),
+    fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
+    target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
+):
+    """Compare nafix's estimate with real stedgeai reports: per report, the core version and options it
+    states, real vs estimated epochs, SW and hybrid epochs, and the SW/hybrid op names that differ."""
+    from .calibrate import calibrate, summary
+    from .report import calibration_table
+
+    try:
+        rows = calibrate(pairs_dir, target_profile=target_profile)
+    except NafixError as exc:
+        _fail(exc)
+    if fmt == OutFormat.json:
+        sys.stdout.write(json.dumps({"estimated": True, "summary": summary(rows),
+                                     "rows": [r.as_dict() for r in rows]}, indent=2) + "\n")
+    else:
+        sys.stdout.write(calibration_table(rows))
 
 
 @app.command("explain")

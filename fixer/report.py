@@ -22,9 +22,10 @@ def kib(n: int | None) -> str:
 def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
     sw_nodes = a.sw_nodes()
     by_name = a.placement.by_name
-    for n in sw_nodes:
+    for n in sw_nodes:  # the failing requirements one by one (none for an epoch stedgeai inserts)
+        p = by_name.get(n["name"])
         n["why"] = [{"constraint": r.constraint, "requirement": r.requirement, "detail": r.detail, "tag": r.tag}
-                    for r in by_name[n["name"]].reasons]
+                    for r in (p.reasons if p is not None and p.unit == "SW" else ())]
     notes = a.notes()
     note_reasons = [r for n in a.placement.nodes for r in n.notes]
     for d, r in zip(notes, note_reasons):
@@ -43,7 +44,8 @@ def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
         "warnings": list(a.loaded.warnings),
         **_import_dict(a.loaded),
         "oe_export": a.placement.oe_export,
-        "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes} for g in a.estimate.groups],
+        "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes,
+                    **({"reported_as": g.reported_as} if g.unit != "HW" else {})} for g in a.estimate.groups],
     }
 
 
@@ -77,9 +79,13 @@ def _name(row: dict[str, Any]) -> str:
 
 
 def _sw_summary(row: dict[str, Any]) -> str:
-    from .zoo.summary import sw_epochs_by_op
+    """SW (and hybrid) epochs by the op name the report would print."""
+    from collections import Counter
 
-    return ", ".join(f"{op} x{n}" for op, n in sw_epochs_by_op(row).most_common()) or "-"
+    e = row["estimate"]
+    parts = [f"{op} x{n}" for op, n in Counter(e.get("sw_ops") or {}).most_common()]
+    parts += [f"{op} x{n} (hybrid)" for op, n in Counter(e.get("hybrid_ops") or {}).most_common()]
+    return ", ".join(parts) or "-"
 
 
 def _ok(row: dict[str, Any]) -> bool:
@@ -142,7 +148,9 @@ def model_summary_line(path_name: str, a: ModelAnalysis) -> str:
 def row_summary_line(path_name: str, row: dict[str, Any]) -> str:
     e, mem = row["estimate"], row["memory"]
     fit = "fits on-chip" if mem["fits_on_chip"] else f"does NOT fit on-chip ({kib(mem['onchip_activation_capacity_bytes'])})"
-    return (f"{path_name}: estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}; "
+    hyb = f", {e['hybrid_epochs']} hybrid" if e.get("hybrid_epochs") else ""
+    return (f"{path_name}: estimated {e['epochs']} epochs, {e['sw_epochs']} SW{hyb}, core {e.get('core') or '?'}, "
+            f"HW ratio {e['hw_ratio']:.1%}; "
             f"weights {kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} ({fit})")
 
 
@@ -515,11 +523,13 @@ def fix_renderables(result, *, verbose: bool = False):
     t.add_column("")
     t.add_column("epochs", justify="right")
     t.add_column("SW epochs", justify="right")
+    t.add_column("hybrid", justify="right")
     t.add_column("HW ratio", justify="right")
     imported = getattr(result.before.loaded, "imported", None)
     src_label = f" ({_FORMAT_LABELS.get(imported.source_format, imported.source_format)})" if imported is not None else ""
-    t.add_row("before" + src_label, str(b.epochs), str(b.sw_epochs), f"{b.hw_ratio:.1%}")
-    t.add_row("after (ONNX)" if imported is not None else "after", str(a.epochs), str(a.sw_epochs), f"{a.hw_ratio:.1%}")
+    t.add_row("before" + src_label, str(b.epochs), str(b.sw_epochs), str(b.hybrid_epochs), f"{b.hw_ratio:.1%}")
+    t.add_row("after (ONNX)" if imported is not None else "after", str(a.epochs), str(a.sw_epochs),
+              str(a.hybrid_epochs), f"{a.hw_ratio:.1%}")
     out.append(t)
     if imported is not None and imported.check is not None:
         out.append(Text(imported.check.summary(), style="dim"))
@@ -577,3 +587,36 @@ def fix_renderables(result, *, verbose: bool = False):
         out.extend(comparison_renderables(result.compiled))
     out.append(Text(ESTIMATE_NOTE, style="dim"))
     return out
+
+
+def calibration_table(rows) -> str:
+    """``nafix calibrate`` as a Markdown table (real figures from the reports, the rest estimated)."""
+    from .calibrate import EPOCH_TOLERANCE, summary
+
+    def ops(d: dict) -> str:
+        return " ".join(d) if d else "="
+
+    out = ["| pair | report | core | options | epochs real / est | SW real / est | hybrid real / est "
+           "| SW ops (+extra -missing) | hybrid ops | on target |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rep = r.report.split("/", 1)[-1] + (f" (x{r.runs})" if r.runs > 1 else "")
+        opts = " ".join(o.replace("--", "") for o in r.options) or "-"
+        if not r.estimated:
+            out.append(f"| {_md(r.pair)} | {_md(rep)} | {r.core} | {_md(opts)} | {r.real_epochs} / - | {r.real_sw} / - "
+                       f"| {r.real_hybrid if r.real_hybrid is not None else '-'} / - | - | - | {_md(r.status)} |")
+            continue
+        hy = f"{r.real_hybrid} / {r.est_hybrid}" if r.real_hybrid is not None else f"- / {r.est_hybrid}"
+        sw_ops = ops(r.sw_diff()) if r.ops_listed else "(not listed)"
+        hy_ops = ops(r.hybrid_diff()) if r.real_hybrid is not None else "-"
+        err = r.epoch_error
+        out.append(f"| {_md(r.pair)} | {_md(rep)} | {r.core} | {_md(opts)} | {r.real_epochs} / {r.est_epochs}"
+                   f"{f' ({err:+.0%})' if err else ''} | {r.real_sw} / {r.est_sw} | {hy} | {_md(sw_ops)} | {_md(hy_ops)} "
+                   f"| {'yes' if not r.failures() else 'no'} |")
+    s = summary(rows)
+    out.append("")
+    out.append(f"{s['on_target']} of {s['estimated']} estimated reports on target (SW op multiset equal, hybrid ops "
+               f"equal where the report counts them, estimated epochs within {EPOCH_TOLERANCE:.0%}); "
+               f"{s['sw_ops_equal']} with equal SW ops, {s['epochs_within']} with epochs within {EPOCH_TOLERANCE:.0%}; "
+               f"{len(s['not_estimated'])} not estimated.")
+    return "\n".join(out) + "\n"

@@ -11,8 +11,7 @@ from typing import Any
 from urllib.parse import quote
 
 from . import __version__
-from .report import ESTIMATE_NOTE, kib, summary_lines
-from .zoo.summary import sw_epochs_by_op
+from .report import ESTIMATE_NOTE, _sw_summary, kib, summary_lines
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 ERROR_RULE = "nafix-error"
@@ -68,7 +67,8 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
         for n in row["sw_nodes"]:
             why = n.get("why") or []
             rid = (n.get("constraints") or ["sw"])[0]
-            idx = rule(rid, why[0]["requirement"] if why else f"{n['op_type']} runs in SW.", why[0]["tag"] if why else None)
+            idx = rule(rid, why[0]["requirement"] if why else (n["reasons"] or [f"{n['op_type']} runs in SW."])[0],
+                       why[0]["tag"] if why else (n.get("tags") or [None])[0])
             for w in why[1:]:
                 rule(w["constraint"], w["requirement"], w["tag"])
             results.append({
@@ -205,7 +205,7 @@ def html_report(report: dict[str, Any]) -> str:
         e, mem = row["estimate"], row["memory"]
         total = max(1, e["epochs"])
         hw_w, sw_w = 100 * (e["epochs"] - e["sw_epochs"]) / total, 100 * e["sw_epochs"] / total
-        ops = ", ".join(f"{op} x{n}" for op, n in sw_epochs_by_op(row).most_common()) or "-"
+        ops = _sw_summary(row)
         fits = "yes" if mem["fits_on_chip"] else "<span class='no'>no</span>"
         out.append(
             f"<tr><td data-sort='{name}'><a href='#m{i}'>{name}</a></td><td class='num'>{e['epochs']}</td>"

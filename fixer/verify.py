@@ -178,25 +178,41 @@ def make_inputs(model: onnx.ModelProto, *, seed: int = 0, samples: int = 3) -> l
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: say so, once
         raise original_failed(exc) from None
     rng = np.random.default_rng(seed)
+    declared = {vi.name: vi for vi in model.graph.input}
     out = []
     for _ in range(samples):
         feed = {}
         for i in sess.get_inputs():
+            if i.type.startswith("seq(tensor(") and i.name in declared:
+                # a sequence of tensors: two random elements of the declared element shape
+                elem = declared[i.name].type.sequence_type.elem_type.tensor_type
+                shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in elem.shape.dim]
+                kind = i.type[len("seq("):-1]
+                feed[i.name] = [_random_tensor(rng, model, i.name, kind, shape) for _ in range(2)]
+                continue
             shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
-            dtype = _input_dtype(i)
-            if np.dtype(dtype).kind == "f":
-                rng_ = _input_range(model, i.name) or (-1.0, 1.0)
-                feed[i.name] = rng.uniform(rng_[0], rng_[1], size=shape).astype(dtype)
-            elif dtype is np.bool_:
-                feed[i.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
-            else:
-                info = np.iinfo(dtype)
-                lo, hi = max(info.min, -128), min(info.max, 255)
-                if dtype is np.int64 or dtype is np.int32:
-                    lo, hi = 0, 3
-                feed[i.name] = rng.integers(lo, hi + 1, size=shape).astype(dtype)
+            feed[i.name] = _random_tensor(rng, model, i.name, _input_dtype(i), shape)
         out.append(feed)
     return out
+
+
+def _random_tensor(rng, model: onnx.ModelProto, name: str, dtype, shape: list[int]) -> np.ndarray:
+    """Seeded random values of ``dtype`` (a numpy type or an onnxruntime type string) in a plausible range."""
+    if isinstance(dtype, str):
+        if dtype not in NP_TYPES:
+            raise InputError(f"graph input '{name}' holds {dtype} elements; nafix's equivalence gate feeds only "
+                             "numeric tensors, so it cannot fix this model (audit works).")
+        dtype = NP_TYPES[dtype]
+    if np.dtype(dtype).kind == "f":
+        rng_ = _input_range(model, name) or (-1.0, 1.0)
+        return rng.uniform(rng_[0], rng_[1], size=shape).astype(dtype)
+    if dtype is np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -128), min(info.max, 255)
+    if dtype is np.int64 or dtype is np.int32:
+        lo, hi = 0, 3
+    return rng.integers(lo, hi + 1, size=shape).astype(dtype)
 
 
 def load_inputs_npz(path: str | Path, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
@@ -215,7 +231,10 @@ def load_inputs_npz(path: str | Path, model: onnx.ModelProto) -> list[dict[str, 
             raise InputError(f"{p}: has no array named '{i.name}' (it has {', '.join(data) or 'none'}); --inputs "
                              "needs one array per graph input, keyed by the input name.")
         arr = data[i.name]
-        dtype = _input_dtype(i)
+        if i.type not in NP_TYPES:
+            raise InputError(f"{p}: input '{i.name}' is {i.type}; an .npz can only give numeric tensors: leave "
+                             "--inputs out (the gate then makes random inputs of every type it can).")
+        dtype = NP_TYPES[i.type]
         rank = len(i.shape)
         if arr.ndim not in (rank, rank + 1):
             raise InputError(f"{p}: array '{i.name}' has shape {tuple(arr.shape)}, but input '{i.name}' has rank {rank} "

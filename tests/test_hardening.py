@@ -19,7 +19,9 @@ from onnx import numpy_helper as nh
 from fixer.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-SOFTMAX = ROOT / "sample_models" / "classifier_softmax.onnx"  # NAF004/NAF005 fire: model + JSON + .h
+SOFTMAX = ROOT / "sample_models" / "classifier_softmax.onnx"
+#: float graph edges for stedgeai: NAF004/NAF005 then fire on SOFTMAX, so fix writes model + JSON + .h
+FLOAT_IO = ["--stedgeai-option=--input-data-type float32", "--stedgeai-option=--output-data-type float32"]
 FAKE = ROOT / "tests" / "fake_stedgeai" / "stedgeai"
 FLOAT = T.FLOAT
 
@@ -211,12 +213,18 @@ def test_empty_output_path_is_one_line(capsys):
     one_error(code, err, "output path is empty")
 
 
-def test_sequence_input_is_audited_and_fix_says_why_it_stops(tmp_path, capsys):
+def test_sequence_input_is_audited_and_fixed(tmp_path, capsys):
     src = save(sequence_input_model(), tmp_path / "m.onnx")
     code, out, err = run(["audit", src, "-f", "json"], capsys)
     contract(code, out, err, allowed=(0,))
-    code, out, err = run(["fix", src], capsys)
-    one_error(code, err, "graph input 'seq' is a sequence", "audit works")
+    code, out, err = run(["fix", src, "-f", "json"], capsys)
+    contract(code, out, err, allowed=(0,))
+    rep = json.loads(out)
+    assert [c["rule"] for c in rep["changes"]] == ["NAF006"] and rep["verification"]["ok"]
+    assert rep["io"]["inputs"][0]["dtype"] == "seq(float32)"
+    np.savez(tmp_path / "in.npz", seq=np.zeros((1, 4), np.float32))
+    code, out, err = run(["fix", src, "--inputs", tmp_path / "in.npz"], capsys)
+    one_error(code, err, "input 'seq' is seq(tensor(float))", "leave --inputs out")
 
 
 def test_duplicate_names_are_fixed_and_verified(tmp_path, capsys):
@@ -336,7 +344,7 @@ def test_fix_never_overwrites_foreign_sidecars(tmp_path, capsys):
     for suffix in (".nafix.json", ".nafix.h", ".nafix.onnx"):
         side = tmp_path / f"m{suffix}"
         side.write_text("user data")
-        code, out, err = run(["fix", src], capsys)
+        code, out, err = run(["fix", src, *FLOAT_IO], capsys)
         one_error(code, err, str(side), "--force")
         assert side.read_text() == "user data"
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["m.onnx", side.name])
@@ -350,7 +358,7 @@ def test_fix_never_overwrites_foreign_sidecars(tmp_path, capsys):
     assert (tmp_path / "plain.nafix.json").read_text() == "keep"
     # -o: its sidecar JSON too
     (tmp_path / "o.json").write_text("keep")
-    code, out, err = run(["fix", src, "-o", tmp_path / "o.onnx"], capsys)
+    code, out, err = run(["fix", src, *FLOAT_IO, "-o", tmp_path / "o.onnx"], capsys)
     one_error(code, err, "o.json")
     assert not (tmp_path / "o.onnx").exists()
 
@@ -358,7 +366,7 @@ def test_fix_never_overwrites_foreign_sidecars(tmp_path, capsys):
 def test_fix_outputs_into_new_folder_and_rerun(tmp_path, capsys):
     out_dir = tmp_path / "newdir"
     for _ in range(2):
-        code, out, err = run(["fix", SOFTMAX, "-o", str(out_dir) + "/"], capsys)
+        code, out, err = run(["fix", SOFTMAX, *FLOAT_IO, "-o", str(out_dir) + "/"], capsys)
         assert code == 0, err
     assert sorted(p.name for p in out_dir.iterdir()) == [
         "classifier_softmax.nafix.h", "classifier_softmax.nafix.json", "classifier_softmax.nafix.onnx"]
@@ -368,7 +376,7 @@ def test_fix_outputs_into_new_folder_and_rerun(tmp_path, capsys):
 def test_written_files_honour_the_umask(tmp_path, capsys):
     old = os.umask(0o022)
     try:
-        code, out, err = run(["fix", SOFTMAX, "-o", tmp_path / "f.onnx"], capsys)
+        code, out, err = run(["fix", SOFTMAX, *FLOAT_IO, "-o", tmp_path / "f.onnx"], capsys)
     finally:
         os.umask(old)
     assert code == 0, err
@@ -384,7 +392,7 @@ def test_read_only_outputs_are_one_line(tmp_path, capsys):
     ro_file.write_text('{"nafix_version": "0"}')
     ro_file.chmod(0o444)
     try:
-        code, out, err = run(["fix", SOFTMAX, "-o", ro_dir / "m.onnx"], capsys)
+        code, out, err = run(["fix", SOFTMAX, *FLOAT_IO, "-o", ro_dir / "m.onnx"], capsys)
         one_error(code, err, "not writable")
         code, out, err = run(["audit", SOFTMAX, "-f", "json", "-o", ro_dir / "a.json"], capsys)
         one_error(code, err, "not writable")
@@ -596,7 +604,7 @@ def test_compile_stages_share_the_timeout_and_reports_are_written(tmp_path, caps
 
     fake_env.setenv("FAKE_STEDGEAI_HANG", "60")
     t0 = time.monotonic()
-    code, out, err = run(["fix", SOFTMAX, "-o", str(tmp_path / "o") + "/", "--compile", "--stedgeai", FAKE,
+    code, out, err = run(["fix", SOFTMAX, *FLOAT_IO, "-o", str(tmp_path / "o") + "/", "--compile", "--stedgeai", FAKE,
                           "--compile-timeout", "2"], capsys)
     line = one_error(code, err, "did not finish", "--workdir")
     assert "/nafix-before-" not in line  # never a folder nafix has already removed

@@ -210,7 +210,8 @@ def test_sigterm_while_nafix_fix_writes_leaves_nothing(tmp_path):
             real(a, b)
         os.replace = slow
         from fixer.cli import main
-        main(["fix", {str(src)!r}, "-o", {str(tmp_path / 'out') + '/'!r}])
+        main(["fix", {str(src)!r}, "-o", {str(tmp_path / 'out') + '/'!r},
+              "--stedgeai-option=--input-data-type float32", "--stedgeai-option=--output-data-type float32"])
     """)
     proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     line = proc.stdout.readline()

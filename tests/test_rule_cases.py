@@ -16,6 +16,7 @@ from fixer.npu.profile import load_profile
 from fixer.rules import load_rules
 from fixer.verify import verify
 from tests.builders import build
+from tests.helpers import CASE_PROFILE_KEYS, case_profile, case_with_file_defaults
 
 CASE_DIR = Path(__file__).parent / "rule_cases"
 PROFILE = load_profile()
@@ -27,8 +28,13 @@ def _cases():
     for f in sorted(CASE_DIR.glob("NAF*.yaml")):
         data = yaml.safe_load(f.read_text())
         for case in data["cases"]:
+            case = case_with_file_defaults(data, case)
             out.append(pytest.param(data["rule"], case, id=f"{data['rule']}-{case['name']}"))
     return out
+
+
+def _profile(case):
+    return case_profile(case) if any(k in case for k in CASE_PROFILE_KEYS) else PROFILE
 
 
 def _model(case) -> onnx.ModelProto:
@@ -53,8 +59,9 @@ def test_every_rule_has_firing_and_non_firing_cases():
 def test_rule_case(rule_id, case):
     rule = RULES[rule_id]
     model = _model(case)
-    before = analyze_model(model, profile=PROFILE)
-    res = run_engine(model, [rule], profile=PROFILE, options={"input_type": case.get("input_type", "int8")})
+    profile = _profile(case)
+    before = analyze_model(model, profile=profile)
+    res = run_engine(model, [rule], profile=profile, options={"input_type": case.get("input_type", "int8")})
     fired = [c for c in res.changes if c.rule == rule_id]
     assert bool(fired) == bool(case["fires"]), f"changes={res.changes} near_misses={res.near_misses}"
     if "detail" in case:
@@ -68,7 +75,7 @@ def test_rule_case(rule_id, case):
     v = verify(model, res.model, contract=rule.verify, rules=[rule_id], io_changes=res.io_changes,
                samples=int(case.get("samples", 4)), seed=int(case.get("seed", 0)))
     assert v.ok, v.as_dict()
-    after = analyze_model(res.model, profile=PROFILE)
+    after = analyze_model(res.model, profile=profile)
     assert after.estimate.hw_ratio >= before.estimate.hw_ratio - 1e-9, (before.estimate, after.estimate)
     created = [n for n in res.model.graph.node if n.name in res.provenance]
     # the model really changed: new nodes, a new interface, fewer nodes, or new parameters

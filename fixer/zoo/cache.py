@@ -113,6 +113,7 @@ def options_fingerprint(opts, profile, pools) -> str:
     """What changes an audit result besides the model: the resolved profile and pools (so an edited
     profile or .mpool file is seen), the stedgeai options and pinned input shapes."""
     text = json.dumps({
+        "analysis": _canonical(opts),  # every option, including those added later (e.g. the core version)
         "profile": _canonical(profile),
         "pools": _canonical(pools),
         "stedgeai_options": sorted(opts.stedgeai_options),

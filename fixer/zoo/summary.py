@@ -11,13 +11,18 @@ BUCKETS = (("100%", 1.0, 2.0), ("90-99%", 0.9, 1.0), ("75-89%", 0.75, 0.9), ("50
 
 
 def sw_epochs_by_op(row: dict[str, Any]) -> Counter:
-    """Estimated SW epochs of one model row by the op type that opens each SW epoch."""
-    ops = {n["name"]: n["op_type"] for n in row.get("sw_nodes") or []}
-    c: Counter = Counter()
-    for e in row.get("epochs") or []:
-        if e.get("unit") == "SW":
-            op = next((ops[n] for n in e.get("nodes", []) if n in ops), "?")
-            c[op] += 1
+    """Estimated SW epochs of one model row by the op name the report would print (hybrid epochs
+    as "OP (hybrid)")."""
+    e = row.get("estimate") or {}
+    if "sw_ops" in e:
+        c = Counter(e.get("sw_ops") or {})
+        c.update({f"{op} (hybrid)": n for op, n in (e.get("hybrid_ops") or {}).items()})
+        return c
+    ops = {n["name"]: n["op_type"] for n in row.get("sw_nodes") or []}  # a report without "sw_ops"
+    c = Counter()
+    for ep in row.get("epochs") or []:
+        if ep.get("unit") == "SW":
+            c[next((ops[n] for n in ep.get("nodes", []) if n in ops), "?")] += 1
     return c
 
 
