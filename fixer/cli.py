@@ -39,6 +39,9 @@ class Format(str, Enum):
     table = "table"
     json = "json"
     markdown = "markdown"
+    sarif = "sarif"
+    github = "github"
+    html = "html"
 
 
 class FailOn(str, Enum):
@@ -100,7 +103,7 @@ OPTION_HELP = ("A stedgeai option that changes placement, with its value in the 
 CORE_HELP = "ST Edge AI Core version X.Y whose placement facts apply (default: the newest in the target profile)."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
 #: File extension of a report written with -o FOLDER/, by --format value.
-_EXT = {"table": "txt", "json": "json", "markdown": "md"}
+_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html"}
 OUTPUT_HELP = ("Write the report to this file instead of stdout (a folder, i.e. an existing one or a path ending "
                "with '/': a default name inside it).")
 FORCE_HELP = "Overwrite an existing output file that nafix did not write (never an input)."
@@ -109,7 +112,7 @@ STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilit
 
 @app.command("audit")
 def audit_cmd(
-    paths: List[str] = typer.Argument(..., help="Model files or folders (searched recursively)."),
+    paths: List[str] = typer.Argument(..., help="Model files or folders (searched recursively). `nafix audit merge REPORT.json...` joins reports."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
@@ -121,48 +124,150 @@ def audit_cmd(
     profile: Optional[str] = typer.Option(None, "--profile", help="A Neural-ART profile NAME@FILE.json (its memory pools)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
+    jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes (default 0: one per CPU)."),
+    timeout: float = typer.Option(120.0, "--timeout", min=0, help="Seconds per model before it becomes an error row (0: no limit)."),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Result cache folder (default: $NAFIX_CACHE_DIR, else the user cache folder)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Exit 1 only on what is new or worse than this baseline file."),
+    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", help="Record today's findings per model in this baseline file."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="Audit only shard K of N (K/N, by path hash), e.g. 1/3."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="Run the models on a Dask cluster: dask://HOST:PORT (pip install 'nafix[dask]')."),
 ):
     """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
-    paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
-    from .api import AuditOptions, audit
-    from .report import audit_dict, audit_markdown, audit_renderables
+    from .zoo.runner import Shard, ZooOptions, audit_rows, build_report
 
+    paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
     try:
         target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force, protected=paths)
-        opts = AuditOptions(analysis=_analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core))
-        show_progress = err.is_terminal and fmt == Format.table or err.is_terminal and output is not None
-        result = _run_with_progress(lambda cb: audit(paths, opts, progress=cb), show_progress)
+        baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
+        opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
+        zoo = ZooOptions(jobs=jobs, timeout=timeout or None, cache_dir=Path(cache_dir) if cache_dir else None,
+                         use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor)
+        base = None
+        if baseline is not None:
+            from .zoo.baseline import load_baseline
+
+            base = load_baseline(baseline)
+        with _ZooProgress(err.is_terminal) as cb:
+            rows, _stats = audit_rows(paths, opts, zoo, progress=cb)
     except NafixError as exc:
         _fail(exc)
-    profile_name = opts.analysis.target_profile or "stm32n6"
-    if len(result.models) == 1 and result.errors:
-        _error(result.errors[0].error)
+    profile_name = opts.target_profile or "stm32n6"
+    report = build_report(rows, profile=profile_name, shard=zoo.shard)
+    errors = [r for r in rows if r.get("error")]
+    if len(rows) == 1 and errors and zoo.shard is None:  # one unreadable model: just its error line
+        _error(errors[0]["error"])
         raise typer.Exit(2)
-    protected = list(paths) + [m.path for m in result.models]
-    if fmt == Format.json:
-        text = json.dumps(audit_dict(result, profile=profile_name), indent=2) + "\n"
-        _emit(text, target, force=force, protected=protected)
-    elif fmt == Format.markdown:
-        _emit(audit_markdown(result, profile=profile_name), target, force=force, protected=protected)
-    else:
-        if target is not None:
-            _emit(_as_text(audit_renderables(result, profile=profile_name, verbose=verbose)), target, force=force,
-                  protected=protected)
-        else:
-            for r in audit_renderables(result, profile=profile_name, verbose=verbose):
-                out.print(r)
-    if result.errors:  # one line whatever the count: each model has its error row in the report
-        first = result.errors[0].error
-        _error(first if len(result.errors) == 1 else
-               f"{len(result.errors)} of {len(result.models)} models could not be analysed (see their rows); the first: {first}")
+    comparison = None
+    if base is not None:
+        from .zoo.baseline import compare
+
+        comparison = compare(report, base)
+        report["baseline"] = {"file": str(baseline), **comparison.as_dict()}
+    protected = list(paths) + [Path(r["path"]) for r in rows]
+    _render_audit(report, fmt, target, verbose, force=force, protected=protected)
+    if baseline_target is not None:
+        from .zoo.baseline import baseline_text
+
+        _emit(baseline_text(report), baseline_target, force=force, protected=protected)
+    if comparison is not None:
+        for c in comparison.improvements:
+            err.print(Text(f"improved: {c.message}"), highlight=False)
+        for c in comparison.regressions:
+            err.print(Text(f"new: {c.message}", style="bold red"), highlight=False)
+    if errors:  # one line whatever the count: each model has its error row in the report
+        first = errors[0]["error"]
+        _error(first if len(errors) == 1 else
+               f"{len(errors)} of {len(rows)} models could not be analysed (see their rows); the first: {first}")
         raise typer.Exit(2)
-    if fail_on == FailOn.sw and result.any_sw:
+    if comparison is not None:
+        if comparison.regressions:
+            err.print(Text(f"{len(comparison.regressions)} finding(s) new or worse than the baseline {baseline}.",
+                           style="bold red"), highlight=False)
+            raise typer.Exit(1)
+        return
+    if fail_on == FailOn.sw and any(r["estimate"]["sw_epochs"] > 0 for r in rows if r.get("estimate")):
         raise typer.Exit(1)
 
 
 class OutFormat(str, Enum):
     table = "table"
     json = "json"
+
+
+@app.command("audit-merge", hidden=True)
+def audit_merge_cmd(
+    reports: List[str] = typer.Argument(..., help="JSON reports of nafix audit (e.g. one per --shard)."),
+    fmt: Format = typer.Option(Format.json, "--format", "-f", help="Output format of the merged report."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (table format)."),
+):
+    """Join the JSON reports of `nafix audit --shard K/N ... --format json` into one report (`nafix audit merge`)."""
+    from .zoo.merge import merge_reports
+
+    inputs = [Path(r) for r in reports]
+    try:
+        target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force, protected=inputs)
+        report, warnings = merge_reports(inputs)
+    except NafixError as exc:
+        _fail(exc)
+    for w in warnings:
+        err.print(Text(f"warning: {w}", style="yellow"), highlight=False)
+    _render_audit(report, fmt, target, verbose, force=force, protected=inputs)
+    if any(r.get("error") for r in report["models"]):
+        raise typer.Exit(2)
+
+
+def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: bool, *, force: bool,
+                  protected) -> None:
+    """The audit report (the JSON report's dict) in ``fmt``, on stdout or written to ``output``."""
+    from .report import audit_markdown, audit_renderables
+
+    if fmt == Format.json:
+        _emit(json.dumps(report, indent=2) + "\n", output, force=force, protected=protected)
+    elif fmt == Format.markdown:
+        _emit(audit_markdown(report), output, force=force, protected=protected)
+    elif fmt in (Format.sarif, Format.github, Format.html):
+        from .report_ci import github_annotations, html_report, sarif_text
+
+        render = {Format.sarif: sarif_text, Format.github: github_annotations, Format.html: html_report}[fmt]
+        _emit(render(report), output, force=force, protected=protected)
+    elif output is not None:
+        _emit(_as_text(audit_renderables(report, verbose=verbose)), output, force=force, protected=protected)
+    else:
+        for r in audit_renderables(report, verbose=verbose):
+            out.print(r)
+
+
+class _ZooProgress:
+    """A progress bar on stderr (only on a terminal): models done / total, failures, ETA."""
+
+    def __init__(self, show: bool):
+        self.show = show
+        self.prog = None
+
+    def __enter__(self):
+        if not self.show:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.prog = Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[failures]} failed"), TextColumn("ETA"), TimeRemainingColumn(),
+                             console=err, transient=True, auto_refresh=False)  # no thread: workers may fork
+        self.prog.start()
+        task = self.prog.add_task("auditing", total=None, failures=0)
+
+        def update(done, total, failures):
+            self.prog.update(task, completed=done, total=total, failures=failures)
+            self.prog.refresh()
+
+        return update
+
+    def __exit__(self, *exc):
+        if self.prog is not None:
+            self.prog.stop()
+        return False
 
 
 @app.command("fix")
@@ -586,21 +691,6 @@ class _calibration_progress:
         return False
 
 
-def _run_with_progress(fn, show: bool):
-    if not show:
-        return fn(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err,
-                  transient=True) as prog:
-        task = prog.add_task("auditing", total=None)
-
-        def cb(i, n, path):
-            prog.update(task, total=n, completed=i, description=f"auditing {path.name}")
-
-        return fn(cb)
-
-
 def _click_exceptions():
     """click's exception classes (typer vendors click in recent releases)."""
     try:
@@ -627,6 +717,9 @@ def main(argv: Optional[list[str]] = None) -> None:
     from .outputs import install_sigterm_cleanup
 
     args = list(sys.argv[1:] if argv is None else argv)
+    pos = [i for i, a in enumerate(args) if not a.startswith("-")]
+    if len(pos) >= 2 and args[pos[0]] == "audit" and args[pos[1]] == "merge":  # `nafix audit merge ...`
+        args[pos[0]:pos[1] + 1] = ["audit-merge"]
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
     first = next((a for a in args if not a.startswith("-")), None)
     if first is not None and first not in commands and "fix" in commands:
