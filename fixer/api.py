@@ -11,7 +11,7 @@ from typing import Callable, Mapping, Sequence
 from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
 from .importers import check_loaded
-from .model_io import LoadedModel, load_model
+from .model_io import LoadedModel, invalid_model_error, load_model
 from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
 from .quantize import (
@@ -110,6 +110,10 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
     if not files:
         raise InputError(f"no .onnx or .tflite model found under {', '.join(str(p) for p in paths)}.")
     rows: list[ModelAudit] = []
+    # every path given gets a row: a folder without any model is an error row of its own
+    for p in paths:
+        if Path(p).is_dir() and not collect_models([p], recursive=opts.recursive):
+            rows.append(ModelAudit(Path(p), error=f"{p}: no .onnx model found in this folder."))
     for i, f in enumerate(files):
         if progress:
             progress(i, len(files), f)
@@ -119,7 +123,9 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
             rows.append(ModelAudit(f, error=exc.message))
         except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
             log.debug("unexpected error on %s", f, exc_info=True)
-            rows.append(ModelAudit(f, error=f"{f}: nafix could not analyse this model ({type(exc).__name__}: {exc})."))
+            invalid = invalid_model_error(f, exc)
+            rows.append(ModelAudit(f, error=invalid.message if invalid else
+                                   f"{f}: nafix could not analyse this model ({type(exc).__name__}: {exc})."))
     if progress:
         progress(len(files), len(files), files[-1])
     return AuditResult(rows)
@@ -154,13 +160,11 @@ class FixOptions:
 
 
 def default_outputs(model_path: Path, output: str | None) -> tuple[Path, Path, Path]:
-    """(model, JSON report, C header) paths: ``model.nafix.onnx`` etc. beside the input, or from -o."""
-    if output:
-        out = Path(output)
-        if out.is_dir():
-            out = out / (model_path.stem + ".nafix.onnx")
-    else:
-        out = model_path.with_name(model_path.stem + ".nafix.onnx")
+    """(model, JSON report, C header) paths: ``model.nafix.onnx`` etc. beside the input, or from -o
+    (a folder, i.e. a trailing separator or an existing folder, gets ``model.nafix.onnx`` inside)."""
+    from .outputs import resolve_output
+
+    out = resolve_output(output, model_path.stem + ".nafix.onnx", default_dir=model_path.parent)
     stem = out.name[:-5] if out.name.endswith(".onnx") else out.name
     return out, out.with_name(stem + ".json"), out.with_name(stem + ".h")
 
@@ -190,16 +194,6 @@ def boundary_checks(engine, contracts) -> list:
 
     return [BoundaryCheck(t, c.rule, contracts[i], c.region_inputs)
             for i, c in enumerate(engine.changes) for t in c.boundary]
-
-
-def _written_by_nafix(path: Path) -> bool:
-    import onnx
-
-    try:
-        m = onnx.load(str(path), load_external_data=False)
-    except Exception:  # noqa: BLE001
-        return False
-    return any(p.key == "nafix.version" for p in m.metadata_props)
 
 
 #: Rewrites that prepare float islands for quantization (they turn SW-only ops into NPU primitives,
@@ -326,6 +320,27 @@ def _quant_kind(model) -> str:
     return "qdq"
 
 
+def _fix_inputs(opts: FixOptions, src: Path) -> tuple[Path, ...]:
+    """The files a fix run reads: never written over, even with --force."""
+    paths = [src]
+    if opts.inputs_npz:
+        paths.append(Path(opts.inputs_npz))
+    if opts.calib is not None and getattr(opts.calib, "path", None):
+        paths.append(Path(opts.calib.path))
+    return tuple(paths)
+
+
+def _check_fix_outputs(opts: FixOptions, src: Path, out: Path, report: Path, header: Path | None = None) -> None:
+    """Refuse, before any work, an output that would replace an input or a file nafix did not write."""
+    from .outputs import MODEL, REPORT, check_output
+
+    protect = _fix_inputs(opts, src)
+    check_output(out, kind=MODEL, force=opts.force, protected=protect, what="model")
+    check_output(report, kind=REPORT, force=opts.force, protected=protect, what="JSON report")
+    if header is not None:
+        check_output(header, kind=REPORT, force=opts.force, protected=protect, what="C header")
+
+
 def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         on_round: Callable[[int, int], None] | None = None,
         on_compile_line: Callable[[str, str], None] | None = None,
@@ -341,6 +356,8 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
 
     if opts.input_type not in ("int8", "uint8"):
         raise UsageError(f"--input-type must be int8 or uint8, not '{opts.input_type}'.")
+    if opts.compile is not None:
+        check_compile_options(opts.compile)  # before any work: a bad --compile option fails at once
     profile = resolve_profile(opts.analysis)
     pools = resolve_pools(opts.analysis)
     src = Path(path)
@@ -351,11 +368,7 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         raise InputError(f"{src}: writing a model fixed from a TFLite file needs the TFLite interpreter to check "
                          "the import (pip install 'nafix[tflite]'); --dry-run analyses it without.")
     if not opts.dry_run:
-        for p in (out, report_path, header_path):
-            if p.exists() and src.exists() and p.resolve() == src.resolve():
-                raise UsageError(f"{p}: refusing to write over the input model; choose another output with -o.")
-        if out.exists() and not opts.force and not _written_by_nafix(out):
-            raise UsageError(f"{out}: exists and was not written by nafix; pass --force to overwrite it or choose -o.")
+        _check_fix_outputs(opts, src, out, report_path)
     before = analyze_model(loaded, profile=profile, pools=pools)
     rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore,
                          extend=opts.extend_select)
@@ -401,6 +414,8 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     written = False
     verified = verification is None or verification.ok
     if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed):
+        # every file this run will write is checked before the first one is written
+        _check_fix_outputs(opts, src, out, report_path, header_path if engine.io_changes else None)
         model = engine.model
         meta = {p.key: p.value for p in model.metadata_props}
         meta.update({
@@ -415,7 +430,7 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         del model.metadata_props[:]
         for k, v in meta.items():
             model.metadata_props.add(key=k, value=v)
-        save_model(model, out, protect=(src,))
+        save_model(model, out, protect=_fix_inputs(opts, src), force=opts.force)
         written = True
     result = FixResult(
         input=src, output=out if written else None, report_path=None, header_path=None, before=before,
@@ -426,18 +441,31 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     if loaded.imported is not None and engine.changes:
         result.source_check = _fixed_vs_source(loaded, engine, opts)
     if opts.compile is not None:
-        result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
+        try:
+            result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
+        except NafixError:
+            if not opts.dry_run:  # the model is written: its report and header go with it
+                _write_fix_reports(result, opts, header_path, report_path)
+            raise
     if not opts.dry_run:
-        from .model_io import atomic_write_text
-        import json
-
-        if written and engine.io_changes:
-            atomic_write_text(header_path, fix_header(result, header_path))
-            result.header_path = header_path
-        if written or not result.changed:
-            result.report_path = report_path
-            atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n")
+        _write_fix_reports(result, opts, header_path, report_path)
     return result
+
+
+def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, report_path: Path) -> None:
+    """The C header (when interface edges became integer) and the JSON report beside the model."""
+    import json
+
+    from .model_io import atomic_write_text
+
+    protect = _fix_inputs(opts, result.input)
+    if result.written and result.engine.io_changes:
+        atomic_write_text(header_path, fix_header(result, header_path), force=opts.force, protect=protect)
+        result.header_path = header_path
+    if result.written or not result.changed:
+        result.report_path = report_path
+        atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n", force=opts.force,
+                          protect=protect)
 
 
 def _fixed_vs_source(loaded: LoadedModel, engine, opts: FixOptions) -> list | None:
@@ -469,6 +497,20 @@ def _compile_before_after(result: FixResult, copts: CompileOptions,
 
     from .model_io import save_model
 
+    import time
+    from dataclasses import replace
+
+    deadline = time.monotonic() + copts.timeout_s  # every stedgeai run of this command shares the budget
+
+    def remaining() -> CompileOptions:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            from .errors import ToolError
+
+            raise ToolError(f"stedgeai did not finish within --compile-timeout {copts.timeout_s:g} s "
+                            "(all its runs together).")
+        return replace(copts, timeout_s=max(round(left, 1), 0.1))
+
     tool, version = locate_stedgeai(copts, required=True)
 
     def lines(label):
@@ -481,16 +523,17 @@ def _compile_before_after(result: FixResult, copts: CompileOptions,
         result.warnings.append(note)
         if on_line:
             on_line("before", "nafix warning: " + note)
-    before = compile_model(result.input, "before", copts, tool, analysis=result.before, on_line=lines("before"))
+    before = compile_model(result.input, "before", remaining(), tool, analysis=result.before, on_line=lines("before"))
     after = None
     ok_to_compile = result.changed and (result.verified or result.written)
     if ok_to_compile:
         if result.written and result.output is not None:
-            after = compile_model(result.output, "after", copts, tool, analysis=result.after, on_line=lines("after"))
+            after = compile_model(result.output, "after", remaining(), tool, analysis=result.after,
+                                  on_line=lines("after"))
         else:
             with tempfile.TemporaryDirectory(prefix="nafix-fixed-") as tmp:
                 fixed = save_model(result.engine.model, Path(tmp) / (result.input.stem + ".nafix.onnx"))
-                after = compile_model(fixed, "after", copts, tool, analysis=result.after, on_line=lines("after"))
+                after = compile_model(fixed, "after", remaining(), tool, analysis=result.after, on_line=lines("after"))
     return CompileComparison(tool, version, before, after)
 
 
@@ -499,14 +542,46 @@ def locate_stedgeai(opts: CompileOptions, *, required: bool):
     from .errors import ToolError
     from .stedgeai import find_stedgeai, stedgeai_version
 
+    tool = check_compile_options(opts) if required else find_stedgeai(opts.stedgeai)
+    if tool is None:
+        return None, None
+    return tool, stedgeai_version(tool, timeout=min(60.0, opts.timeout_s))
+
+
+def spend_timeout(opts: CompileOptions, seconds: float) -> CompileOptions:
+    """``opts`` with ``seconds`` of its stedgeai time budget used (every run of a command shares it)."""
+    from dataclasses import replace
+
+    from .errors import ToolError
+
+    left = opts.timeout_s - seconds
+    if left <= 0:
+        raise ToolError(f"stedgeai did not finish within the timeout of {opts.timeout_s:g} s (all its runs together).")
+    return replace(opts, timeout_s=max(round(left, 1), 0.1))
+
+
+def check_compile_options(opts: CompileOptions) -> Path:
+    """The stedgeai executable for ``opts``, or one error sentence for options that cannot work (a
+    missing or non-executable stedgeai, a timeout that is not a positive number): called before any
+    work so that a bad --compile option never comes after minutes of fixing."""
+    import math
+
+    from .errors import ToolError
+    from .stedgeai import find_stedgeai
+
+    if not isinstance(opts.timeout_s, (int, float)) or math.isnan(opts.timeout_s) or opts.timeout_s <= 0:
+        raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a positive "
+                         f"number of seconds, not {opts.timeout_s!r}.")
+    if opts.workdir and Path(opts.workdir).exists() and not Path(opts.workdir).is_dir():
+        raise UsageError(f"--workdir {opts.workdir}: exists and is not a folder.")
     tool = find_stedgeai(opts.stedgeai)
     if tool is None:
-        if required:
-            raise ToolError(
-                "stedgeai was not found: pass --stedgeai PATH, set STEDGEAI_CORE_DIR to the ST Edge AI Core "
-                "installation (its Utilities/<os>/stedgeai is used), or put stedgeai on PATH.")
-        return None, None
-    return tool, stedgeai_version(tool)
+        raise ToolError(
+            "stedgeai was not found: pass --stedgeai PATH, set STEDGEAI_CORE_DIR to the ST Edge AI Core "
+            "installation (its Utilities/<os>/stedgeai is used), or put stedgeai on PATH.")
+    if not os.access(tool, os.X_OK) or not Path(tool).is_file():
+        raise ToolError(f"'{tool}' is not an executable file; pass --stedgeai PATH to the stedgeai executable.")
+    return Path(tool)
 
 
 def estimate_vs_real(analysis: ModelAnalysis | None, result) -> list[dict]:
@@ -556,14 +631,19 @@ def compile_model(model: Path, label: str, opts: CompileOptions, tool: Path, *,
 
     if opts.workdir:
         work = Path(opts.workdir) / label
-        work.mkdir(parents=True, exist_ok=True)
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"--workdir {opts.workdir}: the stedgeai workspace {work} cannot be created "
+                             f"({exc.strerror or exc}).") from None
         cleanup = False
     else:
         work = Path(tempfile.mkdtemp(prefix=f"nafix-{label}-"))
         cleanup = True
     try:
         res = run_generate(tool=tool, model=model, workdir=work, profile=opts.profile,
-                           extra_args=opts.extra_args, timeout_s=opts.timeout_s, on_line=on_line)
+                           extra_args=opts.extra_args, timeout_s=opts.timeout_s, on_line=on_line,
+                           temporary_workdir=cleanup)
     finally:
         if cleanup:
             shutil.rmtree(work, ignore_errors=True)

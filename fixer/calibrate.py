@@ -239,7 +239,8 @@ def match_model(text: str, command: str | None, models: list[Path], hashes: dict
 
 
 def find_reports(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.rglob("*.txt") if p.name.lower() not in _SKIP_NAMES)
+    # regular files only: a FIFO named *.txt would block the read forever
+    return sorted(p for p in folder.rglob("*.txt") if p.name.lower() not in _SKIP_NAMES and p.is_file())
 
 
 def calibrate(pairs_dir: str | Path, *, target_profile: str | None = None) -> list[CalibrationRow]:
@@ -256,7 +257,10 @@ def calibrate(pairs_dir: str | Path, *, target_profile: str | None = None) -> li
         models = _candidate_models(folder, root)
         seen: dict[tuple, CalibrationRow] = {}
         for rp in find_reports(folder):
-            raw = rp.read_text(encoding="utf-8", errors="replace")
+            try:
+                raw = rp.read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise InputError(f"{rp}: the report cannot be read ({exc.strerror or exc}).") from None
             text = clean_report_text(raw)
             try:
                 rep = parse_report(text, source=str(rp))

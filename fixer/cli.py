@@ -39,6 +39,9 @@ class Format(str, Enum):
     table = "table"
     json = "json"
     markdown = "markdown"
+    sarif = "sarif"
+    github = "github"
+    html = "html"
 
 
 class FailOn(str, Enum):
@@ -100,15 +103,21 @@ OPTION_HELP = ("A stedgeai option that changes placement, with its value in the 
                "--no-inputs-allocation, --expand-softmax, --GELU-recognition, --SWISH-recognition); repeatable.")
 CORE_HELP = "ST Edge AI Core version X.Y whose placement facts apply (default: the newest in the target profile)."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
+#: File extension of a report written with -o FOLDER/, by --format value.
+_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html"}
+OUTPUT_HELP = ("Write the report to this file instead of stdout (a folder, i.e. an existing one or a path ending "
+               "with '/': a default name inside it).")
+FORCE_HELP = "Overwrite an existing output file that nafix did not write (never an input)."
 STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai, else PATH)."
 
 
 @app.command("audit")
 def audit_cmd(
-    paths: List[Path] = typer.Argument(..., help="Model files or folders (searched recursively)."),
+    paths: List[str] = typer.Argument(..., help="Model files or folders (searched recursively). `nafix audit merge REPORT.json...` joins reports."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw), or when a model has a finding that makes stedgeai fail (error)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
     stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
@@ -116,43 +125,71 @@ def audit_cmd(
     profile: Optional[str] = typer.Option(None, "--profile", help="A Neural-ART profile NAME@FILE.json (its memory pools)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
+    jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes (default 0: one per CPU)."),
+    timeout: float = typer.Option(120.0, "--timeout", min=0, help="Seconds per model before it becomes an error row (0: no limit)."),
+    cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Result cache folder (default: $NAFIX_CACHE_DIR, else the user cache folder)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
+    baseline: Optional[str] = typer.Option(None, "--baseline", help="Exit 1 only on what is new or worse than this baseline file."),
+    write_baseline: Optional[str] = typer.Option(None, "--write-baseline", help="Record today's findings per model in this baseline file."),
+    shard: Optional[str] = typer.Option(None, "--shard", help="Audit only shard K of N (K/N, by path hash), e.g. 1/3."),
+    executor: Optional[str] = typer.Option(None, "--executor", help="Run the models on a Dask cluster: dask://HOST:PORT (pip install 'nafix[dask]')."),
 ):
     """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
-    from .api import AuditOptions, audit
-    from .report import audit_dict, audit_markdown, audit_renderables
+    from .zoo.runner import Shard, ZooOptions, audit_rows, build_report
 
+    paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
     try:
-        opts = AuditOptions(analysis=_analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core))
-        show_progress = err.is_terminal and fmt == Format.table or err.is_terminal and output is not None
-        result = _run_with_progress(lambda cb: audit(paths, opts, progress=cb), show_progress)
+        target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force, protected=paths)
+        baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
+        opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
+        zoo = ZooOptions(jobs=jobs, timeout=timeout or None, cache_dir=Path(cache_dir) if cache_dir else None,
+                         use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor)
+        base = None
+        if baseline is not None:
+            from .zoo.baseline import load_baseline
+
+            base = load_baseline(baseline)
+        with _ZooProgress(err.is_terminal) as cb:
+            rows, _stats = audit_rows(paths, opts, zoo, progress=cb)
     except NafixError as exc:
         _fail(exc)
-    profile_name = opts.analysis.target_profile or "stm32n6"
-    if len(result.models) == 1 and result.errors:
-        _error(result.errors[0].error)
+    profile_name = opts.target_profile or "stm32n6"
+    report = build_report(rows, profile=profile_name, shard=zoo.shard)
+    errors = [r for r in rows if r.get("error")]
+    if len(rows) == 1 and errors and zoo.shard is None:  # one unreadable model: just its error line
+        _error(errors[0]["error"])
         raise typer.Exit(2)
-    if fmt == Format.json:
-        text = json.dumps(audit_dict(result, profile=profile_name), indent=2) + "\n"
-        _emit(text, output)
-    elif fmt == Format.markdown:
-        _emit(audit_markdown(result, profile=profile_name), output)
-    else:
-        if output is not None:
-            rec = Console(record=True, width=160, file=io.StringIO())
-            for r in audit_renderables(result, profile=profile_name, verbose=verbose):
-                rec.print(r)
-            _emit(rec.export_text(), output)
-        else:
-            for r in audit_renderables(result, profile=profile_name, verbose=verbose):
-                out.print(r)
-    for m in result.errors:
-        _error(m.error)
-    if result.errors:
+    comparison = None
+    if base is not None:
+        from .zoo.baseline import compare
+
+        comparison = compare(report, base)
+        report["baseline"] = {"file": str(baseline), **comparison.as_dict()}
+    protected = list(paths) + [Path(r["path"]) for r in rows]
+    _render_audit(report, fmt, target, verbose, force=force, protected=protected)
+    if baseline_target is not None:
+        from .zoo.baseline import baseline_text
+
+        _emit(baseline_text(report), baseline_target, force=force, protected=protected)
+    if comparison is not None:
+        for c in comparison.improvements:
+            err.print(Text(f"improved: {c.message}"), highlight=False)
+        for c in comparison.regressions:
+            err.print(Text(f"new: {c.message}", style="bold red"), highlight=False)
+    if errors:  # one line whatever the count: each model has its error row in the report
+        first = errors[0]["error"]
+        _error(first if len(errors) == 1 else
+               f"{len(errors)} of {len(rows)} models could not be analysed (see their rows); the first: {first}")
         raise typer.Exit(2)
-    if fail_on == FailOn.sw and result.any_sw:
+    if comparison is not None:
+        if comparison.regressions:
+            err.print(Text(f"{len(comparison.regressions)} finding(s) new or worse than the baseline {baseline}.",
+                           style="bold red"), highlight=False)
+            raise typer.Exit(1)
+        return
+    if fail_on == FailOn.sw and any(r["estimate"]["sw_epochs"] > 0 for r in rows if r.get("estimate")):
         raise typer.Exit(1)
-    if fail_on == FailOn.error and any(r.severity == "compile_error" for m in result.models if m.analysis
-                                       for r in m.analysis.findings):
+    if fail_on == FailOn.error and any(f.get("severity") == "compile_error" for r in rows for f in r.get("findings") or ()):
         raise typer.Exit(1)
 
 
@@ -161,17 +198,92 @@ class OutFormat(str, Enum):
     json = "json"
 
 
+@app.command("audit-merge", hidden=True)
+def audit_merge_cmd(
+    reports: List[str] = typer.Argument(..., help="JSON reports of nafix audit (e.g. one per --shard)."),
+    fmt: Format = typer.Option(Format.json, "--format", "-f", help="Output format of the merged report."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (table format)."),
+):
+    """Join the JSON reports of `nafix audit --shard K/N ... --format json` into one report (`nafix audit merge`)."""
+    from .zoo.merge import merge_reports
+
+    inputs = [Path(r) for r in reports]
+    try:
+        target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force, protected=inputs)
+        report, warnings = merge_reports(inputs)
+    except NafixError as exc:
+        _fail(exc)
+    for w in warnings:
+        err.print(Text(f"warning: {w}", style="yellow"), highlight=False)
+    _render_audit(report, fmt, target, verbose, force=force, protected=inputs)
+    if any(r.get("error") for r in report["models"]):
+        raise typer.Exit(2)
+
+
+def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: bool, *, force: bool,
+                  protected) -> None:
+    """The audit report (the JSON report's dict) in ``fmt``, on stdout or written to ``output``."""
+    from .report import audit_markdown, audit_renderables
+
+    if fmt == Format.json:
+        _emit(json.dumps(report, indent=2) + "\n", output, force=force, protected=protected)
+    elif fmt == Format.markdown:
+        _emit(audit_markdown(report), output, force=force, protected=protected)
+    elif fmt in (Format.sarif, Format.github, Format.html):
+        from .report_ci import github_annotations, html_report, sarif_text
+
+        render = {Format.sarif: sarif_text, Format.github: github_annotations, Format.html: html_report}[fmt]
+        _emit(render(report), output, force=force, protected=protected)
+    elif output is not None:
+        _emit(_as_text(audit_renderables(report, verbose=verbose)), output, force=force, protected=protected)
+    else:
+        for r in audit_renderables(report, verbose=verbose):
+            out.print(r)
+
+
+class _ZooProgress:
+    """A progress bar on stderr (only on a terminal): models done / total, failures, ETA."""
+
+    def __init__(self, show: bool):
+        self.show = show
+        self.prog = None
+
+    def __enter__(self):
+        if not self.show:
+            return None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.prog = Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(),
+                             TextColumn("{task.fields[failures]} failed"), TextColumn("ETA"), TimeRemainingColumn(),
+                             console=err, transient=True, auto_refresh=False)  # no thread: workers may fork
+        self.prog.start()
+        task = self.prog.add_task("auditing", total=None, failures=0)
+
+        def update(done, total, failures):
+            self.prog.update(task, completed=done, total=total, failures=failures)
+            self.prog.refresh()
+
+        return update
+
+    def __exit__(self, *exc):
+        if self.prog is not None:
+            self.prog.stop()
+        return False
+
+
 @app.command("fix")
 def fix_cmd(
-    model: Path = typer.Argument(..., help="The ONNX or TFLite model to fix (never modified)."),
+    model: str = typer.Argument(..., help="The ONNX or TFLite model to fix (never modified)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Output model path (default: MODEL.nafix.onnx beside the input)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these rules (ids or names; repeatable). Opt-in rules run only when selected."),
     extend_select: Optional[List[str]] = typer.Option(None, "--extend-select", help="Add these rules to the default set (ids or names; repeatable), e.g. an opt-in rule."),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Do not run these rules (repeatable)."),
-    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
+    rules: Optional[List[str]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
     input_type: str = typer.Option("int8", "--input-type", help="Type of a graph input made integer by NAF005: int8 or uint8 (camera frames)."),
-    inputs: Optional[Path] = typer.Option(None, "--inputs", help="An .npz of inputs (arrays keyed by input name) for the equivalence gate."),
+    inputs: Optional[str] = typer.Option(None, "--inputs", help="An .npz of inputs (arrays keyed by input name) for the equivalence gate."),
     keep_failed: bool = typer.Option(False, "--keep-failed", help="Write the model even when verification fails."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file that nafix did not write."),
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when the model left still has a finding that makes stedgeai fail (error, the default), also when SW epochs remain (sw), or never."),
@@ -179,13 +291,13 @@ def fix_cmd(
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
     stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random inputs used by the equivalence gate."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed (0 or more) of the random inputs used by the equivalence gate."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="List every remaining SW node."),
     compile_: bool = typer.Option(False, "--compile", help="Also compile the original and the fixed model with stedgeai and compare real epochs."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json for stedgeai (--st-neural-art) and the memory estimate."),
-    compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds to wait for each stedgeai run."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
+    compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds all stedgeai runs of this command may take together (--version, before, after)."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
     quantize: bool = typer.Option(False, "--quantize", help="Re-quantize with onnxruntime for the NPU: float models, uint8 activations, float islands."),
     calib: Optional[str] = typer.Option(None, "--calib", help="Calibration data: a folder of .npz (one sample each), one .npz with a sample axis, or a folder of images."),
     calib_size: Optional[str] = typer.Option(None, "--calib-size", help="Images: resize to HxW (default: the model input's)."),
@@ -199,6 +311,7 @@ def fix_cmd(
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
+    model = Path(model)
     from .api import CompileOptions, FixOptions, fix
     from .report import fix_dict, fix_renderables
 
@@ -225,6 +338,8 @@ def fix_cmd(
                          on_calibration=on_calibration)
     except NafixError as exc:
         _fail(exc)
+    except Exception as exc:  # noqa: BLE001 - a corrupt model is bad input; anything else is nafix's bug
+        _invalid_model_or_raise(model, exc)
     if fmt == OutFormat.json:
         sys.stdout.write(json.dumps(fix_dict(result), indent=2) + "\n")
     else:
@@ -248,6 +363,19 @@ def fix_cmd(
     if fail_on == FailOn.sw and result.final.estimate.sw_epochs > 0:
         raise typer.Exit(1)
 
+
+
+def _invalid_model_or_raise(model: Path, exc: Exception) -> None:
+    """An unexpected failure on a model the onnx checker rejects is that model's fault: one error line,
+    exit 2. On a valid model it stays an internal error (re-raised)."""
+    from .model_io import invalid_model_error
+
+    if _state["debug"]:
+        raise exc
+    invalid = invalid_model_error(model, exc)
+    if invalid is None:
+        raise exc
+    _fail(invalid)
 
 
 def _floats(text: Optional[str], what: str):
@@ -277,7 +405,8 @@ def _calib_options(path, size, layout, scale, mean, std, order, samples, method,
 
 
 def _stream_line(label: str, line: str) -> None:
-    err.print(f"[dim]stedgeai ({label}):[/] {line}", highlight=False, markup=True)
+    """One line of stedgeai's output, printed as plain text (it may hold '[...]', never Rich markup)."""
+    err.print(Text.assemble((f"stedgeai ({label}):", "dim"), " ", line), highlight=False)
 
 
 def _mention_stedgeai(explicit: Optional[str]) -> None:
@@ -287,37 +416,46 @@ def _mention_stedgeai(explicit: Optional[str]) -> None:
     try:
         tool = find_stedgeai(explicit)
     except NafixError as exc:
-        err.print(f"note: {exc.message}", highlight=False)
+        err.print(f"note: {exc.message}", highlight=False, markup=False)
         return
     if tool is None:
         err.print("note: stedgeai not found (--stedgeai, STEDGEAI_CORE_DIR or PATH): figures above are nafix "
                   "estimates only.", style="dim", highlight=False)
     else:
-        err.print(f"note: stedgeai found at {tool}; add --compile to measure real epochs before and after.",
+        err.print(f"note: stedgeai found at {tool}; add --compile to measure real epochs before and after.", markup=False,
                   style="dim", highlight=False)
 
 
 @app.command("compile")
 def compile_cmd(
-    model: Path = typer.Argument(..., help="The ONNX or TFLite model to compile (stedgeai reads .tflite natively)."),
+    model: str = typer.Argument(..., help="The ONNX or TFLite model to compile (stedgeai reads .tflite natively)."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds to wait for stedgeai."),
-    workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
+    timeout: float = typer.Option(900.0, "--timeout", help="Seconds stedgeai may take (--version and generate together)."),
+    workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP + " Default: the installed stedgeai's version."),
 ):
     """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
-    from .api import AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools
+    model = Path(model)
+    from .api import (AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools,
+                      spend_timeout)
     from .model_io import parse_input_shapes
     from .report import compile_renderables
 
     try:
+        target = _output_target(output, f"{model.stem}.compile.{_EXT[fmt.value]}", force=force, protected=[model])
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=timeout,
                                workdir=str(workdir) if workdir else None, extra_args=_stedgeai_args(stedgeai_option))
+        import time
+
+        started = time.monotonic()
         tool, version = locate_stedgeai(copts, required=True)
+        copts = spend_timeout(copts, time.monotonic() - started)  # --version and generate share --timeout
         from .calibrate import core_of
         from .npu.profile import normalize_options
 
@@ -333,10 +471,15 @@ def compile_cmd(
                                  on_line=(lambda line: _stream_line(model.stem, line)) if fmt == OutFormat.table else None)
     except NafixError as exc:
         _fail(exc)
+    except Exception as exc:  # noqa: BLE001 - a corrupt model is bad input; anything else is nafix's bug
+        _invalid_model_or_raise(model, exc)
     if fmt == OutFormat.json:
-        sys.stdout.write(json.dumps({"stedgeai": {"tool": str(tool), "version": version, "model": str(model),
-                                                  **compiled.summary()},
-                                     "estimate": analysis.estimate.as_dict(), "estimated": True}, indent=2) + "\n")
+        _emit(json.dumps({"nafix_version": __version__,
+                          "stedgeai": {"tool": str(tool), "version": version, "model": str(model), **compiled.summary()},
+                          "estimate": analysis.estimate.as_dict(), "estimated": True}, indent=2) + "\n",
+              target, force=force, protected=[model])
+    elif target is not None:
+        _emit(_as_text(compile_renderables(compiled, version, analysis)), target, force=force, protected=[model])
     else:
         for r in compile_renderables(compiled, version, analysis):
             out.print(r)
@@ -368,50 +511,80 @@ def calibrate_cmd(
 
 @app.command("explain")
 def explain_cmd(
-    path: Path = typer.Argument(..., help="A stedgeai/atonn log or report file ('-' reads standard input)."),
+    path: str = typer.Argument(..., help="A stedgeai/atonn log or report file ('-' reads standard input)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ):
     """Explain the known compiler errors and warnings in a stedgeai log or report, with the fix."""
-    from .errors import InputError
+    path = Path(path)
     from .stedgeai import explain, parse_report
 
+    stdin = str(path) == "-"
     try:
-        if str(path) == "-":
-            text = sys.stdin.read()
-        elif not path.is_file():
-            raise InputError(f"{path}: no such file.")
-        else:
-            text = path.read_text(encoding="utf-8", errors="replace")
+        protected = [] if stdin else [path]
+        name = "stdin" if stdin else path.name
+        target = _output_target(output, f"{name}.explain.{_EXT[fmt.value]}", force=force, protected=protected)
+        text = sys.stdin.read() if stdin else _read_text_input(path, "stedgeai log or report")
     except NafixError as exc:
         _fail(exc)
     found = explain(text)
     try:
         report = parse_report(text, source=str(path))
-    except NafixError:
+    except Exception:  # noqa: BLE001 - not a report nafix can read: explain the log lines only
         report = None
     if fmt == OutFormat.json:
-        data = {"known_errors": [{"code": k.code, "cause": k.cause, "fix": _fix_text(k), "evidence": k.evidence_line,
+        data = {"nafix_version": __version__,
+                "known_errors": [{"code": k.code, "cause": k.cause, "fix": _fix_text(k), "evidence": k.evidence_line,
                                   "details": dict(k.details), "tag": k.tag} for k in found]}
         if report is not None:
             data["report"] = {"version": report.version, "epochs": report.epochs, "sw_epochs": report.sw_epochs,
                               "hybrid_epochs": report.hybrid_epochs, "hw_ratio": round(report.hw_ratio, 4),
                               "sw_ops": list(report.sw_ops)}
-        sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+        _emit(json.dumps(data, indent=2, default=str) + "\n", target, force=force, protected=protected)
         return
+    lines: list[Text] = []
     if report is not None:
-        out.print(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
-                  f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, HW ratio {report.hw_ratio:.1%} (measured)", highlight=False)
+        lines.append(Text(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
+                          f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, "
+                          f"HW ratio {report.hw_ratio:.1%} (measured)"))
         if report.sw_ops:
             from collections import Counter
 
-            out.print("SW epochs: " + ", ".join(f"{op} x{n}" for op, n in Counter(report.sw_ops).most_common()),
-                      highlight=False)
+            lines.append(Text("SW epochs: " + ", ".join(f"{op} x{n}" for op, n in Counter(report.sw_ops).most_common())))
     if not found:
-        out.print("no known error or warning recognised.")
+        lines.append(Text("no known error or warning recognised."))
     for k in found:
-        out.print(f"[bold]{k.code}[/]: {k.cause} [{k.tag}]", highlight=False)
-        out.print(f"  evidence: {k.evidence_line.strip()}", highlight=False, markup=False)
-        out.print(f"  fix: {_fix_text(k)}", highlight=False, markup=False)
+        lines.append(Text.assemble((k.code, "bold"), f": {k.cause} [{k.tag}]"))
+        lines.append(Text(f"  evidence: {k.evidence_line.strip()}"))
+        lines.append(Text(f"  fix: {_fix_text(k)}"))
+    if target is not None:
+        _emit(_as_text(lines), target, force=force, protected=protected)
+        return
+    for line in lines:
+        out.print(line, highlight=False)
+
+
+def _read_text_input(path: Path, what: str) -> str:
+    """Read a text input file, or raise one InputError sentence (missing, a folder, a FIFO, unreadable)."""
+    import stat as _stat
+
+    from .errors import InputError
+
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file.") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+    if _stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{path}: is a folder; give the {what} file itself.")
+    if not _stat.S_ISREG(st.st_mode):
+        raise InputError(f"{path}: is not a regular file (a FIFO, socket or device); give the {what} file itself.")
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
 
 
 def _fix_text(k) -> str:
@@ -430,16 +603,22 @@ def _fix_text(k) -> str:
 def rules_cmd(
     rule_id: Optional[str] = typer.Argument(None, help="Explain one rule (id or name)."),
     markdown: bool = typer.Option(False, "--markdown", help="Print the rules reference (docs/RULES.md) as Markdown."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file."),
-    rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file (a folder: RULES.md inside)."),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
+    rules: Optional[List[str]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
 ):
     """List the rewrite rules, explain one, or write the rules reference."""
     from .rules import load_rules, rule_markdown
 
     try:
+        if output is not None and not markdown:
+            from .errors import UsageError
+
+            raise UsageError("-o/--output writes the rules reference: it needs --markdown.")
+        target = _output_target(output, "RULES.md", force=force, protected=rules or ())
         loaded = load_rules(tuple(rules or ()))
         if markdown:
-            _emit(rule_markdown(loaded), output)
+            _emit(rule_markdown(loaded), target, force=force, protected=rules or ())
             return
         if rule_id:
             match = [r for r in loaded if r.id == rule_id.upper() or r.name == rule_id]
@@ -468,13 +647,38 @@ def rules_cmd(
     out.print(t)
 
 
-def _emit(text: str, output: Optional[Path]) -> None:
+def _output_target(output: Optional[str], default_name: str, *, force: bool, protected=()) -> Optional[Path]:
+    """Where -o writes (a folder gets ``default_name``), checked before any work is done."""
+    if output is None:
+        return None
+    from .outputs import REPORT, check_output, resolve_output
+
+    target = resolve_output(output, default_name)
+    check_output(target, kind=REPORT, force=force, protected=protected, what="report")
+    return target
+
+
+def _as_text(renderables) -> str:
+    """Rich renderables as plain text for a file, marked as nafix's (so a rerun may replace it)."""
+    from .outputs import text_mark
+
+    rec = Console(record=True, width=160, file=io.StringIO())
+    for r in renderables:
+        rec.print(r)
+    return text_mark() + "\n" + rec.export_text()
+
+
+def _emit(text: str, output: Optional[Path], *, force: bool = False, protected=()) -> None:
+    """``text`` on stdout, or written to ``output`` through :mod:`fixer.outputs`."""
     if output is None:
         sys.stdout.write(text)
         return
-    from .model_io import atomic_write_text
+    from .outputs import REPORT, write_output
 
-    atomic_write_text(output, text)
+    try:
+        write_output(output, text, kind=REPORT, force=force, protected=protected, what="report")
+    except NafixError as exc:
+        _fail(exc)
     err.print(Text(f"wrote {output}"), highlight=False)
 
 
@@ -501,43 +705,81 @@ class _calibration_progress:
         return False
 
 
-def _run_with_progress(fn, show: bool):
-    if not show:
-        return fn(None)
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+def _click_exceptions():
+    """click's exception classes (typer vendors click in recent releases)."""
+    try:
+        from typer._click import exceptions as ce  # typer >= 0.2x vendors click
+    except ImportError:  # pragma: no cover - older typer depends on click
+        from click import exceptions as ce
+    return ce
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), console=err,
-                  transient=True) as prog:
-        task = prog.add_task("auditing", total=None)
 
-        def cb(i, n, path):
-            prog.update(task, total=n, completed=i, description=f"auditing {path.name}")
-
-        return fn(cb)
+def _usage_line(exc) -> str:
+    """click's usage error as one sentence plus where the help is (not its multi-line usage block)."""
+    ctx = getattr(exc, "ctx", None)
+    where = ctx.command_path if ctx is not None and getattr(ctx, "command_path", None) else "nafix"
+    message = " ".join(exc.format_message().split())
+    return f"{message.rstrip('.')}; see '{where} --help'."
 
 
 def main(argv: Optional[list[str]] = None) -> None:
-    """Console entry point: ``nafix model.onnx`` is ``nafix fix model.onnx``."""
+    """Console entry point: ``nafix model.onnx`` is ``nafix fix model.onnx``.
+
+    Every way out is one of: 0/1 (the command's result), 2 with one ``error:`` line (bad input or
+    usage, including click's usage errors), 130 on Ctrl-C, 143 on SIGTERM, 3 for a nafix bug.
+    """
+    from .outputs import install_sigterm_cleanup
+
     args = list(sys.argv[1:] if argv is None else argv)
+    pos = [i for i, a in enumerate(args) if not a.startswith("-")]
+    if len(pos) >= 2 and args[pos[0]] == "audit" and args[pos[1]] == "merge":  # `nafix audit merge ...`
+        args[pos[0]:pos[1] + 1] = ["audit-merge"]
     commands = {c.name or c.callback.__name__ for c in app.registered_commands}
     first = next((a for a in args if not a.startswith("-")), None)
     if first is not None and first not in commands and "fix" in commands:
         idx = args.index(first)
         args.insert(idx, "fix")
+    install_sigterm_cleanup()
+    for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 terminal or pipe must not turn a file name into a crash
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except Exception:  # noqa: BLE001 - not a TextIOWrapper (tests, embedding): leave it
+            pass
+    ce = _click_exceptions()
+    no_args = getattr(ce, "NoArgsIsHelpError", None)
     try:
-        app(args=args, prog_name="nafix", standalone_mode=True)
+        code = app(args=args, prog_name="nafix", standalone_mode=False)
     except NafixError as exc:  # pragma: no cover - commands catch their own
         _error(exc.message)
         sys.exit(exc.exit_code)
-    except KeyboardInterrupt:  # pragma: no cover
-        err.print("interrupted")
+    except (KeyboardInterrupt, typer.Abort):
+        err.print("interrupted", highlight=False)
         sys.exit(130)
+    except ce.ClickException as exc:
+        if no_args is not None and isinstance(exc, no_args):
+            text = exc.ctx.get_help()  # typer's rich help prints itself and returns ''
+            if text:
+                err.print(text, markup=False, highlight=False)
+            sys.exit(2)
+        if isinstance(exc, ce.UsageError):
+            _error(_usage_line(exc))
+            sys.exit(2)
+        _error(" ".join(exc.format_message().split()))
+        sys.exit(getattr(exc, "exit_code", 2) or 2)
+    except SystemExit:
+        raise
+    except MemoryError:
+        if _state["debug"]:
+            raise
+        _error("nafix ran out of memory (a very large model or input, or a size option far too big); "
+               "check the sizes given, or run on a machine with more memory.")
+        sys.exit(2)
     except Exception:
         if _state["debug"]:
             raise
-        err.print_exception() if _state["debug"] else err.print(
-            "[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
+        err.print("[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
         sys.exit(3)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

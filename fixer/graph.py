@@ -42,20 +42,29 @@ def node_label(node: gs.Node) -> str:
 
 
 class GraphView:
-    """A read-only, topologically sorted view of an ONNX graph with producer/consumer lookups."""
+    """A read-only, topologically sorted view of an ONNX graph with producer/consumer lookups.
+
+    Subgraphs (the bodies of If/Loop/Scan): :attr:`nodes` are the top-level nodes only. A node
+    inside a subgraph that reads an outer-scope tensor shows up among that tensor's consumers (as
+    onnx-graphsurgeon records it); :meth:`owner` maps it to the top-level control-flow node that
+    contains it, which is the node that really reads the tensor at run time.
+    """
 
     def __init__(self, model: onnx.ModelProto):
         self.model = model
         self.graph = gs.import_onnx(model)
         self.graph.toposort()
         self._names_unique()
+        self.nested_owner = self._nested_owners()
         self.input_names = frozenset(t.name for t in self.graph.inputs)
         self.output_names = frozenset(t.name for t in self.graph.outputs)
         self.folded = self._constant_foldable()
 
     def _names_unique(self) -> None:
-        seen: dict[str, int] = {}
-        for i, node in enumerate(self.graph.nodes):
+        """Give every node a unique name, subgraph nodes included (top-level names are kept first)."""
+        seen: set[str] = set()
+        nested = [n for top in self.graph.nodes for n in _nested_nodes(top)]
+        for i, node in enumerate(list(self.graph.nodes) + nested):
             if not node.name or node.name in seen:
                 base = node.name or f"{node.op}_{i}"
                 name, k = base, 1
@@ -63,7 +72,18 @@ class GraphView:
                     name = f"{base}_{k}"
                     k += 1
                 node.name = name
-            seen[node.name] = i
+            seen.add(node.name)
+
+    def _nested_owners(self) -> dict[str, gs.Node]:
+        return {n.name: top for top in self.graph.nodes for n in _nested_nodes(top)}
+
+    def owner(self, node: gs.Node) -> gs.Node:
+        """The top-level node that runs ``node``: itself, or the If/Loop/Scan whose subgraph holds it."""
+        return self.nested_owner.get(node.name, node)
+
+    @property
+    def has_subgraphs(self) -> bool:
+        return bool(self.nested_owner)
 
     @property
     def nodes(self) -> list[gs.Node]:
@@ -200,6 +220,14 @@ class GraphView:
                            for t in ins):
                 folded.add(node.name)
         return frozenset(folded)
+
+
+def _nested_nodes(node: gs.Node) -> Iterator[gs.Node]:
+    """Every node inside the subgraphs of ``node`` (recursively)."""
+    for sub in node.subgraphs() if hasattr(node, "subgraphs") else ():
+        for n in sub.nodes:
+            yield n
+            yield from _nested_nodes(n)
 
 
 def _empty(t: gs.Tensor) -> bool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -101,14 +100,7 @@ def load_model(
     Raises :class:`InputError` with a one-sentence message for every way the file can be unusable.
     """
     p = Path(path)
-    if not p.exists():
-        raise InputError(f"{p}: no such file.")
-    if p.is_dir():
-        raise InputError(f"{p}: is a folder, not an ONNX file.")
-    try:
-        data = p.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+    data = read_model_bytes(p)
     if not data:
         raise InputError(f"{p}: the file is empty, not an ONNX model.")
     imported = None
@@ -129,9 +121,15 @@ def load_model(
     opset = _check_opsets(model, p, max_opset)
     _check_acyclic(model.graph, p)
     _check_references(model.graph, p)
+    _check_text_attributes(model.graph, p)
+    _check_strings(model, p)
 
     dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
     warnings: list[str] = []
+    renamed = make_node_names_unique(model)
+    if renamed:
+        warnings.append(f"{renamed} node(s) shared their name with another node (onnxruntime refuses that); "
+                        "renamed NAME_1, NAME_2, ...")
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
@@ -144,6 +142,77 @@ def load_model(
         _fill_shapes_by_running(model, warnings)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
                        imported=imported)
+
+
+def _all_nodes(graph: onnx.GraphProto):
+    """Every node of ``graph`` and of its subgraphs (If/Loop/Scan bodies), depth first."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            if attr.type == onnx.AttributeProto.GRAPH:
+                yield from _all_nodes(attr.g)
+            elif attr.type == onnx.AttributeProto.GRAPHS:
+                for g in attr.graphs:
+                    yield from _all_nodes(g)
+
+
+def make_node_names_unique(model: onnx.ModelProto) -> int:
+    """Rename nodes whose (non-empty) name another node already has, subgraphs included; return how
+    many were renamed. Names do not change what a model computes, but onnxruntime rejects duplicates."""
+    nodes = list(_all_nodes(model.graph))
+    taken = {n.name for n in nodes if n.name}
+    seen: set[str] = set()
+    renamed = 0
+    for node in nodes:
+        if not node.name:
+            continue
+        if node.name in seen:
+            k = 1
+            while f"{node.name}_{k}" in taken:
+                k += 1
+            node.name = f"{node.name}_{k}"
+            taken.add(node.name)
+            renamed += 1
+        seen.add(node.name)
+    return renamed
+
+
+def invalid_model_error(path: str | os.PathLike[str], exc: BaseException) -> InputError | None:
+    """For an unexpected failure ``exc`` while processing the model at ``path``: an InputError naming
+    what is wrong with the file when the onnx checker rejects it (a corrupt model, not a nafix bug),
+    else None (the failure is nafix's own)."""
+    p = Path(path)
+    try:
+        onnx.checker.check_model(str(p))
+    except Exception as chk:  # noqa: BLE001 - any checker complaint means the file is at fault
+        first = next((ln.strip() for ln in str(chk).splitlines() if ln.strip()), type(chk).__name__)[:200]
+        what = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), "")[:120]
+        return InputError(f"{p}: not a valid ONNX model (onnx checker: {first}); nafix stopped on it "
+                          f"({type(exc).__name__}{': ' + what if what else ''}).")
+    return None
+
+
+def read_model_bytes(p: Path) -> bytes:
+    """The bytes of the model file ``p``; the file type is checked before opening (a FIFO or a device
+    would block or never end), and every failure is one InputError sentence."""
+    import stat
+
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{p}: no such file.") from None
+    except OSError as exc:
+        raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"{p}: is a folder, not an ONNX file.")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{p}: is not a regular file (a FIFO, socket or device); give an ONNX model file.")
+    try:
+        return p.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+    except MemoryError:
+        raise InputError(f"{p}: the file ({st.st_size} bytes) does not fit in memory.") from None
 
 
 def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
@@ -170,18 +239,32 @@ def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
             )
         if not target.is_file():
             raise InputError(f"{path}: external data file '{loc}' for tensor '{tensor.name}' is missing.")
-        offset = int(info.get("offset", 0) or 0)
-        length = info.get("length")
-        size = target.stat().st_size
-        if length is not None and offset + int(length) > size:
+        try:
+            offset = int(info.get("offset", 0) or 0)
+            length = int(info["length"]) if info.get("length") not in (None, "") else None
+        except ValueError:
+            raise InputError(f"{path}: tensor '{tensor.name}' has a non-numeric external data offset or length "
+                             f"({info.get('offset')!r}, {info.get('length')!r}).") from None
+        if offset < 0 or (length is not None and length < 0):
+            raise InputError(f"{path}: tensor '{tensor.name}' has a negative external data offset or length.")
+        st = target.stat()
+        size = st.st_size
+        if offset > size or (length is not None and offset + length > size):
             raise InputError(
                 f"{path}: external data file '{loc}' is too short for tensor '{tensor.name}' "
-                f"(needs {offset + int(length)} bytes, has {size})."
+                f"(needs {offset + (length or 0)} bytes, has {size})."
+            )
+        if st.st_nlink > 1:
+            raise InputError(
+                f"{path}: external data file '{loc}' has {st.st_nlink} hard links; onnx refuses to read such a file "
+                "(a hard link could expose any file on the system): give the model its own copy "
+                f"(e.g. cp '{loc}' copy && mv copy '{loc}')."
             )
     try:
         onnx.load_external_data_for_model(model, str(base))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: external data could not be loaded ({exc}).") from None
+    except Exception as exc:  # noqa: BLE001 - onnx raises OSError, ValueError and checker errors here
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:300]
+        raise InputError(f"{path}: external data could not be loaded ({first}).") from None
 
 
 def _check_opsets(model: onnx.ModelProto, path: Path, max_opset: int | None) -> int:
@@ -226,6 +309,43 @@ def _check_acyclic(graph: onnx.GraphProto, path: Path) -> None:
         stuck = [graph.node[i] for i, d in enumerate(indeg) if d > 0]
         names = ", ".join(f"'{n.name or n.op_type}'" for n in stuck[:3])
         raise InputError(f"{path}: the graph has a cycle through {len(stuck)} node(s), e.g. {names}.")
+
+
+def _check_text_attributes(graph: onnx.GraphProto, path: Path) -> None:
+    """String attributes (modes, names) are text: bytes that are not UTF-8 mean a corrupt file."""
+    for node in _all_nodes(graph):
+        for attr in node.attribute:
+            values = [attr.s] if attr.type == onnx.AttributeProto.STRING else (
+                list(attr.strings) if attr.type == onnx.AttributeProto.STRINGS else [])
+            for v in values:
+                try:
+                    v.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise InputError(f"{path}: node '{node.name or node.op_type}' attribute '{attr.name}' holds "
+                                     "bytes that are not UTF-8 text; the file is corrupt.") from None
+
+
+def _check_strings(msg, path: Path, where: str = "model") -> None:
+    """Every text field (names, op types, doc strings, metadata) of ``msg`` and its sub-messages must
+    be UTF-8: protobuf hands back raw bytes for a corrupt one, which later breaks graph export."""
+    from google.protobuf.descriptor import FieldDescriptor
+
+    if isinstance(msg, onnx.TensorProto):  # never materialize the weights: only its text fields
+        for name in ("name", "doc_string"):
+            if isinstance(getattr(msg, name), bytes):
+                raise InputError(f"{path}: {where}.{name} is not UTF-8 text; the file is corrupt.")
+        for k, e in enumerate(msg.external_data):
+            _check_strings(e, path, f"{where}.external_data[{k}]")
+        return
+    for fd, value in msg.ListFields():
+        repeated = fd.is_repeated if hasattr(fd, "is_repeated") else fd.label == FieldDescriptor.LABEL_REPEATED
+        items = value if repeated else [value]
+        if fd.type == FieldDescriptor.TYPE_STRING:
+            if any(isinstance(v, bytes) for v in items):
+                raise InputError(f"{path}: {where}.{fd.name} is not UTF-8 text; the file is corrupt.")
+        elif fd.type == FieldDescriptor.TYPE_MESSAGE:
+            for k, item in enumerate(items):
+                _check_strings(item, path, f"{where}.{fd.name}" + (f"[{k}]" if repeated else ""))
 
 
 def _check_references(graph: onnx.GraphProto, path: Path) -> None:
@@ -403,44 +523,113 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return clone
 
 
-def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = ()) -> Path:
-    """Write ``model`` to ``path`` atomically; never over a path in ``protect`` (the inputs).
+def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = (),
+               force: bool = False) -> Path:
+    """Write ``model`` to ``path`` through :mod:`fixer.outputs` (atomic, never over a path in
+    ``protect`` (the inputs), over a file nafix did not write only with ``force``).
 
-    Models over the protobuf limit are written with their weights in ``<name>.data`` beside them.
+    Models over the protobuf limit are written with their weights in ``<name>.data`` beside them
+    (that file follows the same rules).
     """
+    from .outputs import MODEL, atomic_path, check_output
+
     out = Path(path)
-    for p in protect:
-        if out.exists() and p.exists() and out.resolve() == p.resolve():
-            raise UsageError(f"{out}: refusing to write over the input model; choose another output with -o.")
     model = prepare_for_runtime(model)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    os.close(fd)
-    try:
-        if model.ByteSize() > PROTOBUF_LIMIT:
-            data_name = out.name + ".data"
-            onnx.save_model(model, tmp, save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=data_name, size_threshold=1024)
-        else:
+    if model.ByteSize() <= PROTOBUF_LIMIT:
+        with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
             with open(tmp, "wb") as fh:
                 fh.write(model.SerializeToString())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        return out
+    data_name = out.name + ".data"
+    data_path = out.with_name(data_name)
+    if data_path.exists() and not force:
+        from .outputs import written_by_nafix
+
+        if written_by_nafix(out) != MODEL:  # the .data beside a nafix model is nafix's too
+            check_output(data_path, kind=MODEL, force=force, protected=protect, what="external data")
+    check_output(data_path, kind=MODEL, force=True, protected=protect, what="external data")
+    with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
+        with atomic_path(data_path, kind=MODEL, force=True, protected=protect, what="external data") as data_tmp:
+            # onnx writes the weights to the location beside the model file: write them under the
+            # temporary name (onnx creates that file itself), then the renames make the pair appear
+            data_tmp.unlink()
+            # onnx moves the weights of the proto it saves out to the file: save a copy, not the caller's
+            onnx.save_model(_copy(model), str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=data_tmp.name, size_threshold=1024)
+            _relocate_external_data(tmp, data_name)
     return out
 
 
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+def _relocate_external_data(model_file: Path, location: str) -> None:
+    """Point every external tensor of the saved ``model_file`` at ``location`` (its final name)."""
+    m = onnx.load(str(model_file), load_external_data=False)
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    for t in _get_all_tensors(m):
+        if uses_external_data(t):
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = location
+    with open(model_file, "wb") as fh:
+        fh.write(m.SerializeToString())
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, force: bool = False,
+                      protect: tuple[Path, ...] = ()) -> Path:
+    """Write the report ``text`` to ``path`` through :func:`fixer.outputs.write_output`."""
+    from .outputs import REPORT, write_output
+
+    return write_output(path, text, kind=REPORT, force=force, protected=protect)
+
+
+#: The first bytes of an .npz (a zip archive) and of a single .npy array.
+_ZIP_MAGIC = b"PK\x03\x04"
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
+    """The arrays of the .npz at ``p`` (for ``option``), never unpickling; one InputError sentence for
+    a missing or unreadable file, something else than an .npz, or arrays of Python objects."""
+    import stat as _stat
+    import zipfile
+
+    import numpy as np
+
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        st = p.stat()
+    except FileNotFoundError:
+        raise InputError(f"{p}: {option} file not found.") from None
+    except OSError as exc:
+        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    if not _stat.S_ISREG(st.st_mode):
+        raise InputError(f"{p}: {option} needs an .npz file; this is {'a folder' if _stat.S_ISDIR(st.st_mode) else 'not a regular file'}.")
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    expected = "an .npz archive (numpy.savez) with one numeric array per graph input, keyed by input name"
+    if head.startswith(_NPY_MAGIC):
+        raise InputError(f"{p}: is a single .npy array, not an .npz archive; {option} needs {expected}.")
+    if not head.startswith(_ZIP_MAGIC):
+        raise InputError(f"{p}: is not an .npz archive (it does not start like a zip file); {option} needs {expected}.")
+    out: dict[str, np.ndarray] = {}
+    try:
+        with np.load(p, allow_pickle=False) as z:
+            for key in z.files:
+                try:
+                    out[key] = z[key]
+                except ValueError as exc:
+                    if "pickle" in str(exc).lower() or "object" in str(exc).lower():
+                        raise InputError(f"{p}: array '{key}' holds Python objects (dtype=object), which nafix never "
+                                         f"loads; {option} needs {expected}.") from None
+                    raise
+    except InputError:
         raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as exc:
+        first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:200]
+        raise InputError(f"{p}: not a readable .npz archive ({first}); {option} needs {expected}.") from None
+    for key, arr in out.items():
+        if arr.dtype.kind not in "biuf":
+            raise InputError(f"{p}: array '{key}' has dtype {arr.dtype}, not numbers; {option} needs {expected}.")
     return out

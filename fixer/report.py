@@ -3,6 +3,7 @@ strings or rich renderables; the CLI decides where they go."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from . import __version__
@@ -19,10 +20,20 @@ def kib(n: int | None) -> str:
 
 
 def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
+    sw_nodes = a.sw_nodes()
+    by_name = a.placement.by_name
+    for n in sw_nodes:  # the failing requirements one by one (none for an epoch stedgeai inserts)
+        p = by_name.get(n["name"])
+        n["why"] = [{"constraint": r.constraint, "requirement": r.requirement, "detail": r.detail, "tag": r.tag}
+                    for r in (p.reasons if p is not None and p.unit == "SW" else ())]
+    notes = a.notes()
+    note_reasons = [r for n in a.placement.nodes for r in n.notes]
+    for d, r in zip(notes, note_reasons):
+        d.update({"requirement": r.requirement, "detail": r.detail, "tag": r.tag})
     return {
         "estimate": a.estimate.as_dict(),
-        "sw_nodes": a.sw_nodes(),
-        "notes": a.notes(),
+        "sw_nodes": sw_nodes,
+        "notes": notes,
         "findings": [
             {"constraint": r.constraint, "requirement": r.requirement, "detail": r.detail, "tag": r.tag,
              "severity": r.severity}
@@ -50,51 +61,60 @@ def _import_dict(loaded) -> dict[str, Any]:
 
 
 def audit_dict(result: AuditResult, *, profile: str) -> dict[str, Any]:
-    models = []
+    """The JSON report of an in-process ``fixer.api.audit`` result (same shape as ``nafix audit``)."""
+    from .zoo.runner import build_report
+    from .zoo.worker import error_row
+
+    rows = []
     for m in result.models:
-        row: dict[str, Any] = {"path": str(m.path), "error": m.error}
         if m.analysis is not None:
-            row.update(analysis_dict(m.analysis))
+            rows.append({"path": str(m.path), "sha256": None, "error": m.error, **analysis_dict(m.analysis)})
         else:
-            row.update({"estimate": None, "sw_nodes": [], "memory": None})
-        models.append(row)
-    return {
-        "nafix_version": __version__,
-        "profile": profile,
-        "estimated": True,
-        "note": ESTIMATE_NOTE,
-        "models": models,
-    }
+            rows.append(error_row(str(m.path), m.error or "error"))
+    return build_report(rows, profile=profile)
 
 
-def _sw_summary(a: ModelAnalysis) -> str:
+def _name(row: dict[str, Any]) -> str:
+    return Path(row["path"]).name
+
+
+def _sw_summary(row: dict[str, Any]) -> str:
     """SW (and hybrid) epochs by the op name the report would print."""
-    e = a.estimate
-    parts = [f"{op} x{n}" for op, n in e.sw_ops.most_common()]
-    parts += [f"{op} x{n} (hybrid)" for op, n in e.hybrid_ops.most_common()]
+    from collections import Counter
+
+    e = row["estimate"]
+    parts = [f"{op} x{n}" for op, n in Counter(e.get("sw_ops") or {}).most_common()]
+    parts += [f"{op} x{n} (hybrid)" for op, n in Counter(e.get("hybrid_ops") or {}).most_common()]
     return ", ".join(parts) or "-"
 
 
-def audit_markdown(result: AuditResult, *, profile: str) -> str:
-    lines = [f"# nafix audit (profile {profile})", "", f"_{ESTIMATE_NOTE}_", "",
+def _ok(row: dict[str, Any]) -> bool:
+    return not row.get("error") and row.get("estimate") is not None
+
+
+def audit_markdown(report: dict[str, Any]) -> str:
+    """Markdown rendering of the JSON audit report."""
+    from .outputs import text_mark
+
+    rows = report["models"]
+    lines = [f"# nafix audit (profile {report['profile']})", "", text_mark(report.get("nafix_version")), "",
+             f"_{ESTIMATE_NOTE}_", "",
              "| model | est. epochs | est. SW epochs | est. HW ratio | SW ops | peak activations | fits on-chip |",
              "|---|---|---|---|---|---|---|"]
-    for m in result.models:
-        if m.error or m.analysis is None:
-            lines.append(f"| `{m.path}` | error | | | {m.error} | | |")
+    for m in rows:
+        if not _ok(m):
+            lines.append(f"| `{m['path']}` | error | | | {_md(m['error'] or 'error')} | | |")
             continue
-        a = m.analysis
-        e = a.estimate
+        e, mem = m["estimate"], m["memory"]
         lines.append(
-            f"| `{m.path.name}` | {e.epochs} | {e.sw_epochs} | {e.hw_ratio:.1%} | {_sw_summary(a)} | "
-            f"{kib(a.memory.peak_activation_bytes)} | {'yes' if a.memory.fits_on_chip else '**no**'} |"
+            f"| `{_name(m)}` | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} | {_sw_summary(m)} | "
+            f"{kib(mem['peak_activation_bytes'])} | {'yes' if mem['fits_on_chip'] else '**no**'} |"
         )
-    for m in result.models:
-        if m.analysis is None:
+    for m in rows:
+        if not _ok(m):
             continue
-        a = m.analysis
-        lines += ["", f"## {m.path.name}", ""]
-        sw = a.sw_nodes()
+        lines += ["", f"## {_name(m)}", ""]
+        sw = m["sw_nodes"]
         if sw:
             lines += ["| node | op | why it runs in SW |", "|---|---|---|"]
             for n in sw:
@@ -102,15 +122,18 @@ def audit_markdown(result: AuditResult, *, profile: str) -> str:
                 lines.append(f"| `{n['name']}` | {n['op_type']} | {why} |")
         else:
             lines.append("No SW node predicted.")
-        for r in a.findings:
-            lines.append(f"- **{r.severity}**: {_md(r.requirement)} ({_md(r.detail)}) [{r.tag}]")
-        for n in a.notes():
+        for r in m["findings"]:
+            lines.append(f"- **{r['severity']}**: {_md(r['requirement'])} ({_md(r['detail'])}) [{r['tag']}]")
+        for n in m.get("notes") or []:
             lines.append(f"- note on `{n['name']}`: {_md(n['note'])}")
-        mem = a.memory
+        mem = m["memory"]
         lines.append(
-            f"- memory (estimated): weights {kib(mem.weights_bytes)}, peak activations {kib(mem.peak_activation_bytes)}"
-            f" at `{mem.peak_at}`, on-chip capacity {kib(mem.onchip_bytes)}"
+            f"- memory (estimated): weights {kib(mem['weights_bytes'])}, peak activations "
+            f"{kib(mem['peak_activation_bytes'])} at `{mem['peak_at']}`, on-chip capacity "
+            f"{kib(mem['onchip_activation_capacity_bytes'])}"
         )
+    if len(rows) > 1 and report.get("summary"):
+        lines += ["", "## Zoo summary (estimated)", ""] + [f"- {_md(t)}" for t in summary_lines(report["summary"])]
     return "\n".join(lines) + "\n"
 
 
@@ -119,11 +142,16 @@ def _md(s: str) -> str:
 
 
 def model_summary_line(path_name: str, a: ModelAnalysis) -> str:
-    e, mem = a.estimate, a.memory
-    fit = "fits on-chip" if mem.fits_on_chip else f"does NOT fit on-chip ({kib(mem.onchip_bytes)})"
-    hyb = f", {e.hybrid_epochs} hybrid" if e.hybrid_epochs else ""
-    return (f"{path_name}: estimated {e.epochs} epochs, {e.sw_epochs} SW{hyb}, core {e.core or '?'}, HW ratio {e.hw_ratio:.1%}; "
-            f"weights {kib(mem.weights_bytes)}, peak activations {kib(mem.peak_activation_bytes)} ({fit})")
+    return row_summary_line(path_name, {"estimate": a.estimate.as_dict(), "memory": a.memory.as_dict()})
+
+
+def row_summary_line(path_name: str, row: dict[str, Any]) -> str:
+    e, mem = row["estimate"], row["memory"]
+    fit = "fits on-chip" if mem["fits_on_chip"] else f"does NOT fit on-chip ({kib(mem['onchip_activation_capacity_bytes'])})"
+    hyb = f", {e['hybrid_epochs']} hybrid" if e.get("hybrid_epochs") else ""
+    return (f"{path_name}: estimated {e['epochs']} epochs, {e['sw_epochs']} SW{hyb}, core {e.get('core') or '?'}, "
+            f"HW ratio {e['hw_ratio']:.1%}; "
+            f"weights {kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} ({fit})")
 
 
 def grouped_reasons(a: ModelAnalysis, *, notes: bool = False) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
@@ -136,50 +164,84 @@ def grouped_reasons(a: ModelAnalysis, *, notes: bool = False) -> list[tuple[str,
     return [(req, tag, items) for (req, tag), items in groups.items()]
 
 
-def audit_renderables(result: AuditResult, *, profile: str, verbose: bool = False):
+def grouped_row_reasons(row: dict[str, Any], *, notes: bool = False) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
+    """``grouped_reasons`` of a report row."""
+    groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+    if notes:
+        items = [(n, n) for n in row.get("notes") or []]
+    else:
+        items = [(n, w) for n in row.get("sw_nodes") or [] for w in n.get("why") or []]
+    for n, r in items:
+        groups.setdefault((r["requirement"], r["tag"]), []).append((n["name"], n["op_type"], r["detail"]))
+    return [(req, tag, its) for (req, tag), its in groups.items()]
+
+
+def summary_lines(s: dict[str, Any]) -> list[str]:
+    """The zoo summary as sentences (console, Markdown, HTML, GitHub annotations)."""
+    out = [f"{s['audited']} of {s['models']} models audited, {s['failed']} failed; "
+           f"{s['with_sw']} with estimated SW epochs."]
+    h = s["hw_ratio"]
+    if h["median"] is not None:
+        dist = ", ".join(f"{d['range']}: {d['models']}" for d in h["distribution"])
+        out.append(f"estimated HW ratio: min {h['min']:.1%}, median {h['median']:.1%}, max {h['max']:.1%} ({dist}).")
+    top = s["sw_op_types"][:5]
+    if top:
+        out.append("SW op types costing the most estimated epochs: "
+                   + ", ".join(f"{o['op_type']} {o['sw_epochs']} epochs in {o['models']} model(s)" for o in top) + ".")
+    for r in s["rules"][:5]:
+        out.append(f"{r['rule']} {r['name']} addresses SW nodes or findings in {r['models']} model(s) "
+                   f"({r['sw_nodes']} SW nodes): run `{r['command']}`.")
+    return out
+
+
+def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
     """Rich renderables for the console audit report: a summary table, then per model the SW nodes
-    grouped by the requirement they fail (each requirement printed once)."""
+    grouped by the requirement they fail (each requirement printed once), then the zoo summary."""
     from rich.table import Table
     from rich.text import Text
 
+    rows = report["models"]
     out: list[Any] = []
-    summary = Table(title=f"nafix audit - profile {profile} (estimated)", expand=False)
+    summary = Table(title=f"nafix audit - profile {report['profile']} (estimated)", expand=False)
     for col, just in (("model", "left"), ("epochs", "right"), ("SW", "right"), ("HW ratio", "right"),
                       ("SW ops", "left"), ("peak act.", "right"), ("on-chip", "center")):
         summary.add_column(col, justify=just, overflow="fold")
-    for m in result.models:
-        if m.analysis is None:
-            summary.add_row(Text(m.path.name), "-", "-", "-", Text(m.error or "error", style="red"), "-", "-")
+    for m in rows:
+        if not _ok(m):
+            summary.add_row(Text(_name(m)), "-", "-", "-", Text(m.get("error") or "error", style="red"), "-", "-")
             continue
-        a = m.analysis
-        e = a.estimate
+        e, mem = m["estimate"], m["memory"]
         summary.add_row(
-            Text(m.path.name), str(e.epochs), str(e.sw_epochs), f"{e.hw_ratio:.1%}", _sw_summary(a),
-            kib(a.memory.peak_activation_bytes), "yes" if a.memory.fits_on_chip else Text("NO", style="bold red"),
+            Text(_name(m)), str(e["epochs"]), str(e["sw_epochs"]), f"{e['hw_ratio']:.1%}", _sw_summary(m),
+            kib(mem["peak_activation_bytes"]), "yes" if mem["fits_on_chip"] else Text("NO", style="bold red"),
         )
     out.append(summary)
-    for m in result.models:
-        if m.analysis is None:
+    for m in rows:
+        if not _ok(m):
             continue
-        a = m.analysis
         out.append(Text(""))
-        out.append(Text(model_summary_line(m.path.name, a), style="bold"))
-        for req, tag, items in grouped_reasons(a):
+        out.append(Text(row_summary_line(_name(m), m), style="bold"))
+        for req, tag, items in grouped_row_reasons(m):
             out.append(Text(f"  SW x{len(items)}: {req} [{tag}]", style="yellow"))
             shown = items if verbose else items[:6]
             for name, op, detail in shown:
                 out.append(Text(f"      {detail}"))
             if len(shown) < len(items):
                 out.append(Text(f"      ... and {len(items) - len(shown)} more (--verbose lists all)", style="dim"))
-        for r in a.findings:
-            style = "red" if r.severity == "compile_error" else "yellow"
-            label = {"compile_error": "COMPILE ERROR", "hang": "BOARD HANG", "note": "NOTE"}.get(r.severity, r.severity)
-            out.append(Text(f"  {label}: {r.requirement} ({r.detail}) [{r.tag}]", style=style))
+        for r in m["findings"]:
+            style = "red" if r["severity"] == "compile_error" else "yellow"
+            label = {"compile_error": "COMPILE ERROR", "hang": "BOARD HANG", "note": "NOTE"}.get(r["severity"], r["severity"])
+            out.append(Text(f"  {label}: {r['requirement']} ({r['detail']}) [{r['tag']}]", style=style))
         if verbose:
-            for req, tag, items in grouped_reasons(a, notes=True):
+            for req, tag, items in grouped_row_reasons(m, notes=True):
                 out.append(Text(f"  note x{len(items)}: {req} [{tag}]", style="dim"))
                 for name, op, detail in items:
                     out.append(Text(f"      {detail}", style="dim"))
+    if len(rows) > 1 and report.get("summary"):
+        out.append(Text(""))
+        out.append(Text("zoo summary (estimated):", style="bold"))
+        for line in summary_lines(report["summary"]):
+            out.append(Text(f"  {line}"))
     out.append(Text(""))
     out.append(Text(ESTIMATE_NOTE, style="dim"))
     return out
@@ -313,6 +375,27 @@ def _qparams(model, node):
     return conv(np.asarray(s, dtype=np.float64)), conv(np.asarray(z).astype(np.int64)), np.asarray(z).dtype.name
 
 
+def _type_text(tp) -> str:
+    """A value type as text: numpy dtype name of a tensor, seq(...)/map(...)/optional(...) otherwise."""
+    import onnx
+
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        try:
+            return onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type).name
+        except (KeyError, ValueError, TypeError):
+            return onnx.TensorProto.DataType.Name(tp.tensor_type.elem_type).lower() if tp.tensor_type.elem_type in \
+                onnx.TensorProto.DataType.values() else "unknown"
+    if kind == "sequence_type":
+        return f"seq({_type_text(tp.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_text(tp.optional_type.elem_type)})"
+    if kind == "map_type":
+        key = onnx.TensorProto.DataType.Name(tp.map_type.key_type).lower()
+        return f"map({key}, {_type_text(tp.map_type.value_type)})"
+    return kind or "unknown"
+
+
 def edge_io(model) -> dict[str, list[dict[str, Any]]]:
     """Graph inputs and outputs with dtype, and scale/zero_point wherever the edge is quantized:
     an int8/uint8 edge (the values are (q - zero_point) * scale), or a float edge that a
@@ -329,7 +412,7 @@ def edge_io(model) -> dict[str, list[dict[str, Any]]]:
             producers[o] = n
 
     def dtype_of(vi):
-        return onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type).name
+        return _type_text(vi.type)
 
     def shape_of(vi):
         return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]

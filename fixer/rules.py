@@ -15,9 +15,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-import yaml
 
-from .errors import RuleError, UsageError
+from .errors import RuleError, UsageError, read_yaml
 from .predicates import PREDICATES
 from .rewriters import REWRITERS, load_all
 
@@ -218,11 +217,11 @@ def load_rules(extra_dirs: Sequence[str | Path] = ()) -> list[Rule]:
     for folder, builtin in sources:
         for f in _iter_rule_files(folder):
             label = str(f) if not builtin else f"rules/{f.name}"
+            data = read_yaml(f if isinstance(f, Path) else f.read_text(encoding="utf-8"), label, RuleError)
             try:
-                data = yaml.safe_load(f.read_text(encoding="utf-8"))
-            except yaml.YAMLError as exc:
-                raise RuleError(f"{label}: not valid YAML ({exc}).") from None
-            rules.append(parse_rule(data, label, builtin=builtin))
+                rules.append(parse_rule(data, label, builtin=builtin))
+            except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+                raise RuleError(f"{label}: a field has the wrong type or shape ({type(exc).__name__}: {exc}).") from None
     seen: dict[str, str] = {}
     for r in rules:
         if r.id in seen:

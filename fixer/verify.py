@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from .errors import InputError
-from .model_io import prepare_for_runtime
+from .model_io import prepare_for_runtime, read_npz
 from .rewriters import IoChange
 from .rules import CONTRACT_ORDER, VerifyContract
 
@@ -115,83 +115,168 @@ def session(model: onnx.ModelProto):
 
 
 def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
-    """The float range a QuantizeLinear right after input ``name`` can represent."""
+    """The float range a QuantizeLinear right after input ``name`` can represent (None when its
+    parameters are not a usable per-tensor scale: missing, NaN, infinite, zero, float zero-point)."""
     inits = {t.name: t for t in model.graph.initializer}
-    consts = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant"}
+    consts = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant" and n.output}
     for node in model.graph.node:
-        if node.op_type == "QuantizeLinear" and node.input[0] == name:
+        if node.op_type == "QuantizeLinear" and node.input and node.input[0] == name:
             def val(t):
-                if t in inits:
-                    return onnx.numpy_helper.to_array(inits[t])
-                if t in consts:
-                    return onnx.numpy_helper.to_array(consts[t].attribute[0].t)
+                try:
+                    if t in inits:
+                        return onnx.numpy_helper.to_array(inits[t])
+                    if t in consts and consts[t].attribute:
+                        return onnx.numpy_helper.to_array(consts[t].attribute[0].t)
+                except Exception:  # noqa: BLE001 - an odd constant just gives no range
+                    return None
                 return None
-            s = val(node.input[1])
+            s = val(node.input[1]) if len(node.input) > 1 else None
             z = val(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
-            if s is None or z is None or np.size(s) != 1:
+            if s is None or z is None or np.size(s) != 1 or np.size(z) != 1 or z.dtype.kind not in "iu":
+                return None
+            scale = float(np.asarray(s, dtype=np.float64).reshape(-1)[0])
+            if not np.isfinite(scale) or scale <= 0:
                 return None
             info = np.iinfo(z.dtype)
-            lo = (info.min - float(z.reshape(-1)[0])) * float(s.reshape(-1)[0])
-            hi = (info.max - float(z.reshape(-1)[0])) * float(s.reshape(-1)[0])
+            lo = (info.min - float(z.reshape(-1)[0])) * scale
+            hi = (info.max - float(z.reshape(-1)[0])) * scale
+            if not (np.isfinite(lo) and np.isfinite(hi) and hi - lo < 1e30):
+                return None
             return lo, hi
     return None
+
+
+def _dynamic_dims(sess) -> list[str]:
+    """'input' axis N ('sym') for every graph input dimension onnxruntime sees as dynamic."""
+    return [f"'{i.name}' axis {k} ('{d}')" if isinstance(d, str) else f"'{i.name}' axis {k}"
+            for i in sess.get_inputs() for k, d in enumerate(i.shape or ()) if not (isinstance(d, int) and d > 0)]
+
+
+def _input_dtype(i) -> type:
+    """The numpy type of an onnxruntime graph input, or an InputError for what the gate cannot feed."""
+    dtype = NP_TYPES.get(i.type)
+    if dtype is None:
+        kind = "a sequence" if i.type.startswith("seq(") else ("a map" if i.type.startswith("map(") else
+                                                                ("optional" if i.type.startswith("optional(") else i.type))
+        raise InputError(f"graph input '{i.name}' is {kind} ({i.type}); nafix's equivalence gate feeds only numeric "
+                         "tensors, so it cannot fix this model (audit works).")
+    return dtype
+
+
+def original_failed(exc: Exception, sess=None, *, what: str = "the equivalence gate") -> InputError:
+    """The error for an original model that onnxruntime rejects or cannot run on the gate's inputs:
+    one sentence naming the cause, and --input-shape where a dynamic dimension was guessed."""
+    first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:300]
+    dyn = _dynamic_dims(sess) if sess is not None else []
+    if dyn:
+        return InputError(f"onnxruntime cannot run the original model with its dynamic dimension(s) {', '.join(dyn)} "
+                          f"set to 1 for {what} ({first}); pin them with --input-shape NAME=d0,d1,... (the shape the "
+                          "application uses).")
+    return InputError(f"onnxruntime cannot run the original model, which {what} needs ({first}).")
 
 
 def make_inputs(model: onnx.ModelProto, *, seed: int = 0, samples: int = 3, sess=None) -> list[dict[str, np.ndarray]]:
     """Seeded random inputs for every graph input, in its dtype and plausible range (``sess``: an
     onnxruntime session of ``model`` to read the inputs from, instead of a new one)."""
-    sess = sess or session(model)
+    if sess is None:
+        try:
+            sess = session(model)
+        except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: say so, once
+            raise original_failed(exc) from None
     rng = np.random.default_rng(seed)
+    declared = {vi.name: vi for vi in model.graph.input}
     out = []
     for _ in range(samples):
         feed = {}
         for i in sess.get_inputs():
+            if i.type.startswith("seq(tensor(") and i.name in declared:
+                # a sequence of tensors: two random elements of the declared element shape
+                elem = declared[i.name].type.sequence_type.elem_type.tensor_type
+                shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in elem.shape.dim]
+                kind = i.type[len("seq("):-1]
+                feed[i.name] = [_random_tensor(rng, model, i.name, kind, shape) for _ in range(2)]
+                continue
             shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
-            dtype = NP_TYPES.get(i.type, np.float32)
-            if np.dtype(dtype).kind == "f":
-                rng_ = _input_range(model, i.name) or (-1.0, 1.0)
-                feed[i.name] = rng.uniform(rng_[0], rng_[1], size=shape).astype(dtype)
-            elif dtype is np.bool_:
-                feed[i.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
-            else:
-                info = np.iinfo(dtype)
-                lo, hi = max(info.min, -128), min(info.max, 255)
-                if dtype is np.int64 or dtype is np.int32:
-                    lo, hi = 0, 3
-                feed[i.name] = rng.integers(lo, hi + 1, size=shape).astype(dtype)
+            feed[i.name] = _random_tensor(rng, model, i.name, _input_dtype(i), shape)
         out.append(feed)
     return out
 
 
+def _random_tensor(rng, model: onnx.ModelProto, name: str, dtype, shape: list[int]) -> np.ndarray:
+    """Seeded random values of ``dtype`` (a numpy type or an onnxruntime type string) in a plausible range."""
+    if isinstance(dtype, str):
+        if dtype not in NP_TYPES:
+            raise InputError(f"graph input '{name}' holds {dtype} elements; nafix's equivalence gate feeds only "
+                             "numeric tensors, so it cannot fix this model (audit works).")
+        dtype = NP_TYPES[dtype]
+    if np.dtype(dtype).kind == "f":
+        rng_ = _input_range(model, name) or (-1.0, 1.0)
+        return rng.uniform(rng_[0], rng_[1], size=shape).astype(dtype)
+    if dtype is np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    info = np.iinfo(dtype)
+    lo, hi = max(info.min, -128), min(info.max, 255)
+    if dtype is np.int64 or dtype is np.int32:
+        lo, hi = 0, 3
+    return rng.integers(lo, hi + 1, size=shape).astype(dtype)
+
+
 def load_inputs_npz(path: str | Path, model: onnx.ModelProto) -> list[dict[str, np.ndarray]]:
-    """Inputs from an .npz whose arrays are keyed by input name (a leading sample axis is optional)."""
+    """Inputs from an .npz whose arrays are keyed by input name (a leading sample axis is optional).
+
+    Never unpickles: an array of Python objects is refused with what is expected instead."""
     p = Path(path)
-    if not p.is_file():
-        raise InputError(f"{p}: --inputs file not found.")
+    data = read_npz(p, "--inputs")
     try:
-        data = dict(np.load(p, allow_pickle=False))
+        sess = session(model)
     except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{p}: not a readable .npz file ({exc}).") from None
-    sess = session(model)
+        raise original_failed(exc) from None
     feeds: list[dict[str, np.ndarray]] = []
     for i in sess.get_inputs():
         if i.name not in data:
-            raise InputError(f"{p}: has no array named '{i.name}' (it has {', '.join(data) or 'none'}).")
+            raise InputError(f"{p}: has no array named '{i.name}' (it has {', '.join(data) or 'none'}); --inputs "
+                             "needs one array per graph input, keyed by the input name.")
         arr = data[i.name]
+        if i.type not in NP_TYPES:
+            raise InputError(f"{p}: input '{i.name}' is {i.type}; an .npz can only give numeric tensors: leave "
+                             "--inputs out (the gate then makes random inputs of every type it can).")
+        dtype = NP_TYPES[i.type]
         rank = len(i.shape)
+        if arr.ndim not in (rank, rank + 1):
+            raise InputError(f"{p}: array '{i.name}' has shape {tuple(arr.shape)}, but input '{i.name}' has rank {rank} "
+                             f"(shape {_shape_text(i.shape)}; a leading sample axis is allowed).")
         batch = [arr] if arr.ndim == rank else list(arr)
+        if not batch:
+            raise InputError(f"{p}: array '{i.name}' holds no sample (its leading axis is 0).")
+        want = [d if isinstance(d, int) and d > 0 else None for d in i.shape]
+        got = tuple(batch[0].shape)
+        if any(w is not None and w != g for w, g in zip(want, got)):
+            raise InputError(f"{p}: array '{i.name}' has samples of shape {got}, but input '{i.name}' expects "
+                             f"{_shape_text(i.shape)}.")
         for k, a in enumerate(batch):
             if len(feeds) <= k:
                 feeds.append({})
-            feeds[k][i.name] = a.astype(NP_TYPES.get(i.type, np.float32))
+            try:
+                feeds[k][i.name] = np.asarray(a).astype(dtype)
+            except (TypeError, ValueError):
+                raise InputError(f"{p}: array '{i.name}' ({a.dtype}) cannot be converted to the input's "
+                                 f"{np.dtype(dtype).name}.") from None
+    counts = {len([f for f in feeds if name in f]) for name in (i.name for i in sess.get_inputs())}
+    if len(counts) > 1:
+        raise InputError(f"{p}: the arrays hold different numbers of samples; give every input the same count.")
     return feeds
+
+
+def _shape_text(shape) -> str:
+    return "(" + ", ".join(str(d) if isinstance(d, int) and d > 0 else "?" for d in shape or ()) + ")"
 
 
 def quantize_like_ort(x: np.ndarray, scale: float, zp: int, dtype: str) -> np.ndarray:
     """QuantizeLinear as onnxruntime computes it: round half to even, saturate."""
     info = np.iinfo(np.dtype(dtype))
-    q = np.rint(x.astype(np.float32) / np.float32(scale)) + zp
-    return np.clip(q, info.min, info.max).astype(dtype)
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # a NaN/zero scale fails the gate, quietly
+        q = np.rint(x.astype(np.float32) / np.float32(scale)) + zp
+        return np.clip(q, info.min, info.max).astype(dtype)
 
 
 def dequantize(q: np.ndarray, scale, zp) -> np.ndarray:
@@ -217,11 +302,17 @@ def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale
     if a64.shape != b64.shape:
         return OutputCheck("", False, float("inf"), 0.0, float("-inf"), 0.0, None,
                            f"shape {list(b64.shape)} differs from the original {list(a64.shape)}")
-    diff = np.abs(a64 - b64)
+    # the same infinity, or NaN in both, is no difference; the figures below use the finite values
+    same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.where(same, 0.0, np.abs(a64 - b64))
     max_abs = float(diff.max()) if diff.size else 0.0
+    finite = np.isfinite(a64) & np.isfinite(b64)
+    a64, b64 = np.where(finite, a64, 0.0), np.where(finite, b64, 0.0)
     na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
     cosine = float(np.dot(a64.ravel(), b64.ravel()) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
-    noise = float(np.sum(diff ** 2))
+    with np.errstate(invalid="ignore", over="ignore"):
+        noise = float(np.sum(diff ** 2))
     snr = float("inf") if noise == 0 else float(10 * np.log10(max(np.sum(a64 ** 2), 1e-30) / noise))
     exact = float(np.mean(diff == 0)) if diff.size else 1.0
     one_lsb = float(np.mean(diff <= lsb_scale * 1.0001)) if lsb_scale else None
@@ -295,7 +386,10 @@ def verify(
     extra = sorted({b.tensor for b in boundaries})
     known = _tensor_names(original) | {i.name for i in original.graph.input}
     capture = sorted({t for b in boundaries if b.inputs for t in b.inputs if t in known} - set(extra) - orig_names)
-    s_orig = session(_with_outputs(original, extra + capture))
+    try:
+        s_orig = session(_with_outputs(original, extra + capture))
+    except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
+        raise original_failed(exc) from None
     feeds = list(inputs) if inputs is not None else make_inputs(original, seed=seed, samples=samples, sess=s_orig)
     try:
         s_fix = session(_with_outputs(fixed, extra))
@@ -318,7 +412,10 @@ def verify(
     captured: list[dict[str, np.ndarray]] = []
     fixed_inputs = {i.name for i in s_fix.get_inputs()}
     for feed in feeds:
-        ref = s_orig.run(names + extra + capture, dict(feed))
+        try:
+            ref = s_orig.run(names + extra + capture, dict(feed))
+        except Exception as exc:  # noqa: BLE001 - e.g. a dynamic dimension the gate had to guess
+            raise original_failed(exc, s_orig) from None
         captured.append({**dict(feed), **dict(zip(names + extra + capture, ref))})
         ffeed = {}
         for k, v in feed.items():
@@ -326,7 +423,13 @@ def verify(
                 continue
             ch = in_changes.get(k)
             ffeed[k] = _edge_in(v, ch) if ch else v
-        got = s_fix.run(names + extra, ffeed)
+        try:
+            got = s_fix.run(names + extra, ffeed)
+        except Exception as exc:  # noqa: BLE001 - a rewrite onnxruntime cannot run fails the gate, not nafix
+            first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:300]
+            check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
+                                f"the rewritten model fails in onnxruntime: {first}")
+            return Verification(False, contract, list(rules), [check], src, len(feeds))
         for n, r, g in zip(names + extra, ref, got):
             ch = out_changes.get(n)
             if ch is not None:

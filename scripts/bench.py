@@ -3,7 +3,8 @@
 
     python scripts/bench.py [FOLDER] [--repeat 5]
 
-Times `audit` over every model in FOLDER (default ../shared/models, else sample_models) and
+Times `nafix audit` of FOLDER with 1 and 2 worker processes and with a cold and a warm result
+cache (`--zoo-only` stops there), `audit` over every model in FOLDER (default ../shared/models, else sample_models) and
 `fix --dry-run` on each sample model; prints the median and min of each over the repeats and the
 peak resident memory of this process.
 """
@@ -32,14 +33,109 @@ def timed(fn, repeat: int) -> list[float]:
     return out
 
 
+def _burn(n: int) -> int:
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+
+def parallel_control(repeat: int) -> float:
+    """What 2 processes gain over 1 on this machine right now for pure CPU work (ideal 2.0x): the
+    ceiling of any --jobs 2 figure measured in the same run on a shared machine."""
+    import multiprocessing as mp
+
+    n = 5_000_000
+    one: list[float] = []
+    two: list[float] = []
+    with mp.get_context("spawn").Pool(2) as pool:
+        pool.map(_burn, [1, 1])
+        for _ in range(repeat):
+            one += timed(lambda: (_burn(n), _burn(n)), 1)
+            two += timed(lambda: pool.map(_burn, [n, n]), 1)
+    return statistics.median(one) / statistics.median(two)
+
+
+def bench_zoo(folder: Path, repeat: int) -> None:
+    """`nafix audit` of a whole folder: --jobs 1 vs --jobs 2 without cache, and a cold vs a warm
+    result cache (jobs 2); in-process (fixer.zoo.audit_rows, what the command runs) and end to end
+    (the `nafix` console script, interpreter start included). Runs are interleaved so that load
+    from other processes on the machine hits both sides alike."""
+    import os
+    import subprocess
+    import tempfile
+
+    from fixer.api import AnalysisOptions
+    from fixer.zoo import ZooOptions, audit_rows
+
+    a = AnalysisOptions()
+    n = len(audit_rows([folder], a, ZooOptions(jobs=2, use_cache=False))[0])
+    def cpu() -> float:  # CPU seconds of this process and its (finished) worker processes
+        me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+        return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+    j1: list[float] = []
+    j2: list[float] = []
+    cpu1: list[float] = []
+    cpu2: list[float] = []
+    for _ in range(repeat):
+        c = cpu()
+        j1 += timed(lambda: audit_rows([folder], a, ZooOptions(jobs=1, use_cache=False)), 1)
+        cpu1.append(cpu() - c)
+        c = cpu()
+        j2 += timed(lambda: audit_rows([folder], a, ZooOptions(jobs=2, use_cache=False)), 1)
+        cpu2.append(cpu() - c)
+    cold: list[float] = []
+    warm: list[float] = []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as d:
+            z = ZooOptions(jobs=2, cache_dir=Path(d))
+            cold += timed(lambda: audit_rows([folder], a, z), 1)
+            warm += timed(lambda: audit_rows([folder], a, z), 1)
+    med = statistics.median
+    load = os.getloadavg() if hasattr(os, "getloadavg") else None
+    print(f"zoo audit {folder} ({n} models, {os.cpu_count()} CPUs, load average "
+          f"{'/'.join(f'{x:.1f}' for x in load) if load else '?'}), medians of {repeat} interleaved runs:")
+    print(f"  --jobs 1 --no-cache: {med(j1):.2f} s; --jobs 2 --no-cache: {med(j2):.2f} s; "
+          f"speed-up {med(j1) / med(j2):.2f}x")
+    print(f"  CPU time (this process + workers): --jobs 1 {med(cpu1):.2f} s, --jobs 2 {med(cpu2):.2f} s "
+          f"(parallel overhead {med(cpu2) / med(cpu1) - 1:+.0%})")
+    print(f"  control: 2 processes of pure CPU work vs 1 on this machine now: {parallel_control(repeat):.2f}x "
+          "(2.0x on an idle 2-CPU machine)")
+    print(f"  cache (jobs 2): cold {med(cold):.2f} s, warm {med(warm):.3f} s; speed-up {med(cold) / med(warm):.1f}x")
+    exe = Path(sys.executable).with_name("nafix")
+    if exe.exists():
+        def cli(*extra):
+            return lambda: subprocess.run([str(exe), "audit", str(folder), "-f", "json", *extra],
+                                          stdout=subprocess.DEVNULL, check=False)
+
+        c1: list[float] = []
+        c2: list[float] = []
+        ccold: list[float] = []
+        cwarm: list[float] = []
+        for _ in range(repeat):
+            c1 += timed(cli("--jobs", "1", "--no-cache"), 1)
+            c2 += timed(cli("--jobs", "2", "--no-cache"), 1)
+            with tempfile.TemporaryDirectory() as d:
+                ccold += timed(cli("--cache-dir", d), 1)
+                cwarm += timed(cli("--cache-dir", d), 1)
+        print(f"  end to end (nafix audit, process start included): --jobs 1 {med(c1):.2f} s, --jobs 2 {med(c2):.2f} s "
+              f"({med(c1) / med(c2):.2f}x); cache cold {med(ccold):.2f} s, warm {med(cwarm):.2f} s "
+              f"({med(ccold) / med(cwarm):.1f}x)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("folder", nargs="?")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--zoo-only", action="store_true", help="only the zoo audit figures (jobs, cache)")
     args = ap.parse_args()
     shared = ROOT.parent / "shared" / "models"
     folder = Path(args.folder) if args.folder else (shared if shared.is_dir() else ROOT / "sample_models")
     models = sorted(folder.glob("*.onnx"))
+    bench_zoo(folder, args.repeat)
+    if args.zoo_only:
+        return
     times = timed(lambda: audit([folder], AuditOptions()), args.repeat)
     print(f"audit {folder} ({len(models)} models): median {statistics.median(times):.2f} s, "
           f"min {min(times):.2f} s over {args.repeat} runs")

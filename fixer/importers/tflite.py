@@ -109,7 +109,8 @@ def import_tflite(data: bytes, path: Path | str = "<tflite>") -> ImportedTFLite:
         raise
     except (struct.error, IndexError, ValueError, TypeError, AttributeError, KeyError, ArithmeticError,
             MemoryError, RecursionError) as exc:
-        raise InputError(f"{path}: truncated or corrupt TFLite flatbuffer ({type(exc).__name__}: {exc}).") from None
+        kind = "struct.error" if type(exc).__name__ == "error" else type(exc).__name__  # not a second "error:"
+        raise InputError(f"{path}: truncated or corrupt TFLite flatbuffer ({kind}: {exc}).") from None
 
 
 class _Importer:

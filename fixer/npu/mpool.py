@@ -111,6 +111,8 @@ def strip_json_comments(text: str) -> str:
 
 def _load_json(path: Path, what: str) -> tuple[Any, bool]:
     """Read ``path`` as JSON with comments; return (data, whether comments/commas were removed)."""
+    if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block the read forever
+        raise ProfileError(f"The {what} {path} is not a regular file (a FIFO, socket or device).")
     try:
         text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError:

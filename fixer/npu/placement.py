@@ -75,10 +75,14 @@ class Placement:
     oe_export: bool
     profile: str
     model_findings: list[Reason] = field(default_factory=list)
+    #: name of a node inside an If/Loop/Scan subgraph -> name of that top-level node
+    nested: dict[str, str] = field(default_factory=dict)
 
     @cached_property
     def by_name(self) -> dict[str, NodePlacement]:
-        return {n.name: n for n in self.nodes}
+        """Placement by node name; a subgraph node maps to its If/Loop/Scan (which runs it)."""
+        own = {n.name: n for n in self.nodes}
+        return {**{k: own[v] for k, v in self.nested.items() if v in own}, **own}
 
     def sw_nodes(self) -> list[NodePlacement]:
         return [n for n in self.nodes if n.unit == SW]
@@ -290,7 +294,8 @@ def place(view: GraphView, profile: TargetProfile) -> Placement:
             "per-channel weights, QDQ format); a float model runs entirely in SW.",
             "the model has no QuantizeLinear/DequantizeLinear at all",
             "DOC", "note"))
-    return Placement(nodes=nodes, oe_export=oe, profile=profile.name, model_findings=model_findings)
+    return Placement(nodes=nodes, oe_export=oe, profile=profile.name, model_findings=model_findings,
+                     nested={k: v.name for k, v in getattr(view, "nested_owner", {}).items()})
 
 
 def _reason(cid: str, detail: str, ctx: PlacementContext) -> Reason:

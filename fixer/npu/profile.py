@@ -7,9 +7,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
 
-import yaml
 
-from ..errors import ProfileError
+from ..errors import ProfileError, read_yaml
 
 TAGS = {
     "DOC": "ST documentation",
@@ -158,6 +157,7 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         epoch = _choice(entry, "epoch", where, path, EPOCH_KINDS, "compute" if tier != "movement" else "none")
         tag = _choice(entry, "tag", where, path, TAGS)
         cons = tuple(entry.get("constraints", ()) or ())
+        _check_constraint_names(cons, where, path)
         extra = entry.get("extra_epochs", 0)
         if not isinstance(extra, int) or extra < 0:
             raise ProfileError(f"{path}: '{where}.extra_epochs' must be a non-negative integer.")
@@ -179,6 +179,20 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         cores=cores,
         lowerings=lowerings,
     )
+
+
+def _check_constraint_names(cons: tuple, where: str, path: str) -> None:
+    """Every constraint an operator lists must be a registered one (a typo would fail mid-placement)."""
+    from . import constraints  # noqa: F401 - registers every constraint
+
+    known = constraints.REGISTRY
+    for c in cons:
+        if not isinstance(c, str) or c not in known:
+            import difflib
+
+            near = difflib.get_close_matches(str(c), list(known), n=1)
+            hint = f"; did you mean '{near[0]}'?" if near else ""
+            raise ProfileError(f"{path}: '{where}.constraints' names {c!r}, which is not a known constraint{hint}")
 
 
 def _parse_cores(data: Any, path: str) -> tuple[tuple[CoreFacts, ...], CoreFacts | None]:
@@ -297,26 +311,27 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
     spec = spec or "stm32n6"
     p = Path(spec)
     if p.suffix in (".yaml", ".yml") or p.exists():
+        if p.is_dir():
+            raise ProfileError(f"{p}: is a folder, not a target profile YAML file.")
         if not p.is_file():
             raise ProfileError(f"{p}: target profile file not found.")
-        text = p.read_text(encoding="utf-8")
         where = str(p)
+        data = read_yaml(p, where, ProfileError)
     else:
         res = resources.files("fixer.npu") / "profiles" / f"{spec}.yaml"
         if not res.is_file():
             raise ProfileError(f"unknown target profile '{spec}' (built in: stm32n6); pass a YAML file path instead.")
-        text = res.read_text(encoding="utf-8")
         where = f"<built-in {spec}.yaml>"
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise ProfileError(f"{where}: not valid YAML ({exc}).") from None
+        data = read_yaml(res.read_text(encoding="utf-8"), where, ProfileError)
     unknown = {o for o in options if o.split(" ", 1)[0] not in KNOWN_OPTIONS}
     if unknown:
         raise ProfileError(
             f"unknown stedgeai option(s) {', '.join(sorted(unknown))}; nafix models {', '.join(sorted(KNOWN_OPTIONS))}."
         )
-    prof = parse_profile(data, where, options=options)
+    try:
+        prof = parse_profile(data, where, options=options)
+    except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+        raise ProfileError(f"{where}: a value has the wrong type or shape ({type(exc).__name__}: {exc}).") from None
     if prof.core is not None:
         prof = with_core(prof, prof.core)
     return select_core(prof, core)

@@ -65,6 +65,9 @@ class CalibrationOptions:
             raise UsageError("the number of calibration samples must be at least 1.")
         if self.image_size is not None and (len(self.image_size) != 2 or min(self.image_size) < 1):
             raise UsageError(f"the calibration image size must be two positive integers (H, W), not {self.image_size}.")
+        for what, values in (("mean", self.mean), ("std", self.std)):
+            if values is not None and not all(math.isfinite(float(v)) for v in values):
+                raise UsageError(f"the calibration {what} must be finite numbers, not {list(values)}.")
         if self.std is not None and any(float(s) == 0.0 for s in self.std):
             raise UsageError("the calibration std must not contain 0.")
         if not (self.scale > 0 and math.isfinite(self.scale)):
@@ -144,6 +147,8 @@ def open_calibration(model: onnx.ModelProto, calib: CalibrationOptions, *,
         p = Path(calib.path)
         if not p.exists():
             raise InputError(f"{p}: the calibration data path does not exist.")
+        if not p.is_file() and not p.is_dir():
+            raise InputError(f"{p}: the calibration data path is not a file or a folder (a FIFO, socket or device).")
         if p.is_file():
             if p.suffix.lower() != ".npz":
                 raise InputError(f"{p}: a calibration file must be an .npz (arrays keyed by input name); "
@@ -158,6 +163,13 @@ def open_calibration(model: onnx.ModelProto, calib: CalibrationOptions, *,
 
 
 def _random_source(model: onnx.ModelProto, specs: list[InputSpec], calib: CalibrationOptions) -> CalibrationSource:
+    for s in specs:
+        dyn = [axis for axis, d in enumerate(s.shape) if d is None and axis > 0]
+        if dyn:  # random data at 1 there (e.g. a 1x1 image) calibrates nothing sensible, or fails in onnxruntime
+            raise UsageError(f"the model input '{s.name}' ({s.describe()}) has dynamic dimension(s) at axis "
+                             f"{', '.join(map(str, dyn))}; random calibration needs the real size: pin it with "
+                             f"--input-shape {s.name}=" + ",".join(str(d) if d else "N" for d in s.shape)
+                             + " (or calibrate from --calib data).")
     ranges = {s.name: _input_range(model, s.name) for s in specs}
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
@@ -263,11 +275,10 @@ def _single_npz_source(path: Path, specs: list[InputSpec], calib: CalibrationOpt
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    try:
-        with np.load(path, allow_pickle=False) as npz:
-            return {k: npz[k] for k in npz.files}
-    except Exception as exc:  # noqa: BLE001 - any decoding problem is the file's
-        raise InputError(f"{path}: not a readable .npz file ({type(exc).__name__}: {exc}).") from None
+    """The arrays of one calibration .npz, never unpickled (see :func:`fixer.model_io.read_npz`)."""
+    from ..model_io import read_npz
+
+    return read_npz(path, "--calib")
 
 
 def _npz_sample(path: Path, specs: list[InputSpec]) -> dict[str, np.ndarray]:
@@ -331,6 +342,10 @@ def _image_target(specs: list[InputSpec], calib: CalibrationOptions, model_name:
         raise UsageError(f"{folder}: the model input '{spec.name}' ({spec.describe()}, {layout.upper()}) has "
                          f"{channels} channels; images give 1 or 3.")
     size = calib.image_size or hw
+    if calib.image_size is not None and hw[0] is not None and hw[1] is not None and tuple(size) != tuple(hw):
+        raise UsageError(f"{folder}: --calib-size {size[0]}x{size[1]} differs from the model input '{spec.name}' "
+                         f"({spec.describe()}, {layout.upper()}), whose height and width are fixed at {hw[0]}x{hw[1]}; "
+                         "leave --calib-size out.")
     if size[0] is None or size[1] is None:
         raise UsageError(f"{folder}: the model input '{spec.name}' ({spec.describe()}) has a dynamic height or "
                          "width; give the image size (H, W) to resize calibration images to.")

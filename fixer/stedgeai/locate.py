@@ -94,26 +94,42 @@ def parse_version(text: str) -> str | None:
 
 
 def stedgeai_version(path: str | Path, *, timeout: float = 60.0) -> str:
-    """Run ``stedgeai --version`` and return its version, e.g. ``"2.1.0-20194"``."""
-    try:
-        done = subprocess.run(
-            [str(path), "--version"],
-            capture_output=True,
-            text=True,
-            errors="replace",
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise ToolError(f"'{path} --version' did not finish within {timeout:g} s.") from exc
-    except OSError as exc:
-        raise ToolError(f"'{path}' could not be started: {exc.strerror or exc}.") from exc
-    text = (done.stdout or "") + (done.stderr or "")
+    """Run ``stedgeai --version`` and return its version, e.g. ``"2.1.0-20194"``.
+
+    The output goes to a temporary file (not a pipe a child process could keep open) and on a
+    timeout the whole process group is killed, so this returns within about ``timeout`` seconds.
+    """
+    import signal
+    import tempfile
+
+    with tempfile.TemporaryFile() as sink:
+        try:
+            process = subprocess.Popen([str(path), "--version"], stdin=subprocess.DEVNULL, stdout=sink,
+                                       stderr=subprocess.STDOUT, start_new_session=os.name == "posix")
+        except OSError as exc:
+            raise ToolError(f"'{path}' could not be started: {exc.strerror or exc}.") from exc
+        try:
+            returncode = process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                if os.name == "posix":
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.kill()
+            except OSError:
+                pass
+            process.wait()
+            raise ToolError(f"'{path} --version' did not finish within {timeout:g} s.") from None
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        sink.seek(0)
+        text = sink.read().decode("utf-8", errors="replace")
     version = parse_version(text)
     if version is None:
         first = next((line.strip() for line in text.splitlines() if line.strip()), "")
         raise ToolError(
-            f"'{path} --version' (exit code {done.returncode}) did not print a line like "
+            f"'{path} --version' (exit code {returncode}) did not print a line like "
             f"'ST Edge AI Core v2.1.0-20194'; its first line was '{first[:200]}'."
         )
     return version

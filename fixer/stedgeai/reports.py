@@ -339,14 +339,17 @@ def _parse_io(text: str) -> tuple[tuple[IoInfo, ...], tuple[IoInfo, ...]]:
             size: int | None = _to_bytes(match.group("size"), match.group("unit"))
         except ValueError:
             size = None
-        info = IoInfo(
-            name=match.group("name"),
-            dtype=match.group("dtype"),
-            shape=_parse_shape(match.group("shape")),
-            scale=float(q.group("scale")) if q else None,
-            zero_point=int(q.group("zp")) if q else None,
-            size_bytes=size,
-        )
+        try:
+            info = IoInfo(
+                name=match.group("name"),
+                dtype=match.group("dtype"),
+                shape=_parse_shape(match.group("shape")),
+                scale=float(q.group("scale")) if q else None,
+                zero_point=int(q.group("zp")) if q else None,
+                size_bytes=size,
+            )
+        except ValueError:  # a garbled line (e.g. "1.2.3" as a scale): that I/O line is not read
+            continue
         target = inputs if match.group("dir").lower() == "input" else outputs
         target.setdefault(int(match.group("index")), info)
     return (
@@ -450,6 +453,8 @@ def parse_report(text: str, *, source: str = "the report text") -> StedgeaiRepor
 def load_report(path: str | Path) -> StedgeaiReport:
     """Read and parse a report file (see :func:`parse_report`)."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a folder or a FIFO: never opened (a FIFO would block)
+        raise InputError(f"The stedgeai report {path} is not a regular file.")
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -709,6 +714,8 @@ def parse_c_info(data: Mapping[str, Any], *, source: str = "the c_info data") ->
 def load_c_info(path: str | Path) -> CInfo:
     """Read and parse a ``network_c_info.json`` file (see :func:`parse_c_info`)."""
     path = Path(path)
+    if path.exists() and not path.is_file():
+        raise InputError(f"The c_info file {path} is not a regular file.")
     try:
         data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
     except OSError as exc:

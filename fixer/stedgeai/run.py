@@ -116,6 +116,7 @@ def run_generate(
     timeout_s: float = 900,
     on_line: Callable[[str], None] | None = None,
     env: Mapping[str, str] | None = None,
+    temporary_workdir: bool = False,
 ) -> CompileResult:
     """Compile ``model`` with ``stedgeai generate --target stm32n6 --st-neural-art [profile]``.
 
@@ -123,6 +124,8 @@ def run_generate(
     as its current folder, so nothing is written next to the model. Every stdout/stderr line is
     passed to ``on_line`` as it arrives. ``profile`` is ``NAME@FILE.json`` or None for ST's
     default; ``extra_args`` are appended verbatim; ``env`` replaces the environment.
+    ``temporary_workdir``: the caller removes ``workdir`` afterwards, so a timeout message does not
+    point the user at it.
 
     Returns a CompileResult; ``ok=False`` with the log and the recognised known errors when
     stedgeai fails. Raises ToolError when stedgeai cannot be started or does not finish within
@@ -207,9 +210,11 @@ def run_generate(
         _kill_process_tree(process)
         process.wait()
         last = next((line for line in reversed(collected) if line.strip()), "")
+        where = ("its temporary workspace is removed (pass --workdir DIR to keep stedgeai's partial output)"
+                 if temporary_workdir else f"its partial output is in {workdir}")
         raise ToolError(
-            f"stedgeai did not finish within {timeout_s:g} s and was stopped; its partial output "
-            f"is in {workdir} (last line: '{last[:200]}')."
+            f"stedgeai did not finish within {timeout_s:g} s and was stopped; {where} "
+            f"(last line: '{last[:200]}')."
         ) from None
     except BaseException:
         _kill_process_tree(process)
@@ -249,6 +254,9 @@ def run_generate(
             problems.append(f"No *_generate_report.txt was found under {output_dir} or {workspace_dir}.")
     except InputError as exc:
         problems.append(exc.message)
+    except Exception as exc:  # noqa: BLE001 - a report the parser does not follow is a problem, not a crash
+        report = None
+        problems.append(f"The stedgeai report could not be parsed ({type(exc).__name__}: {exc}).")
 
     c_info: CInfo | None = None
     c_info_path = _find_first(folders, ["network_c_info.json", "*_c_info.json", "c_info.json"])
@@ -257,6 +265,8 @@ def run_generate(
             c_info = load_c_info(c_info_path)
         except InputError as exc:
             problems.append(exc.message)
+        except Exception as exc:  # noqa: BLE001 - as for the report
+            problems.append(f"{c_info_path} could not be parsed ({type(exc).__name__}: {exc}).")
     else:
         problems.append(f"No *_c_info.json was found under {output_dir} or {workspace_dir}.")
 
@@ -267,7 +277,7 @@ def run_generate(
             epoch_csv = parse_epoch_csv(
                 csv_path.read_text(encoding="utf-8", errors="replace"), source=str(csv_path)
             )
-        except (InputError, OSError) as exc:
+        except Exception as exc:  # noqa: BLE001 - InputError, OSError, or a CSV the parser does not follow
             problems.append(getattr(exc, "message", None) or f"{csv_path} cannot be read: {exc}.")
 
     if report is not None and c_info is not None and report.epochs != c_info.epoch_count:

@@ -1,0 +1,255 @@
+"""Audit report renderings for CI and people browsing a zoo: SARIF 2.1.0 (GitHub code scanning),
+GitHub workflow-command annotations and one self-contained HTML page. Each reads the JSON report
+(``nafix audit --format json``) and carries the same facts. No printing here."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from . import __version__
+from .report import ESTIMATE_NOTE, _sw_summary, kib, summary_lines
+
+SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
+ERROR_RULE = "nafix-error"
+_LEVEL = {"compile_error": "error", "hang": "error", "note": "note"}
+
+
+def _ok(row: dict[str, Any]) -> bool:
+    return not row.get("error") and row.get("estimate") is not None
+
+
+def _uri(path: str) -> str:
+    p = Path(path)
+    return p.resolve().as_uri() if p.is_absolute() else quote(p.as_posix())
+
+
+def _sw_message(n: dict[str, Any]) -> str:
+    return f"'{n['name']}' ({n['op_type']}) is estimated to run in SW: " + "; ".join(n["reasons"])
+
+
+def _finding_message(f: dict[str, Any]) -> str:
+    return f"{f['severity']}: {f['requirement']} ({f['detail']}) [{f['tag']}]"
+
+
+def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
+    """SARIF 2.1.0: one result per SW node (rule = its first failing constraint, the others in the
+    message and properties) and per model-level finding; rules are nafix constraint ids with their
+    requirement sentence as help; each model is an artifact carrying its estimate and memory."""
+    rules: dict[str, dict[str, Any]] = {}
+
+    def rule(rid: str, text: str, tag: str | None) -> int:
+        if rid not in rules:
+            rules[rid] = {
+                "id": rid,
+                "shortDescription": {"text": text},
+                "fullDescription": {"text": text},
+                "help": {"text": f"{text} (nafix constraint {rid}; see `nafix rules` for the rewrites that fix it)"},
+                "properties": {"tags": [t for t in ("nafix", tag) if t]},
+            }
+        return list(rules).index(rid)
+
+    artifacts, results = [], []
+    for i, row in enumerate(report["models"]):
+        loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(row["path"]), "index": i}}}
+        props: dict[str, Any] = {"sha256": row.get("sha256"), "error": row.get("error")}
+        if _ok(row):
+            props.update({"estimate": row["estimate"], "memory": row["memory"]})
+        artifacts.append({"location": {"uri": _uri(row["path"])}, "properties": props})
+        if not _ok(row):
+            idx = rule(ERROR_RULE, "The model could not be analysed.", None)
+            results.append({"ruleId": ERROR_RULE, "ruleIndex": idx, "level": "error",
+                            "message": {"text": row.get("error") or "error"}, "locations": [loc]})
+            continue
+        for n in row["sw_nodes"]:
+            why = n.get("why") or []
+            rid = (n.get("constraints") or ["sw"])[0]
+            idx = rule(rid, why[0]["requirement"] if why else (n["reasons"] or [f"{n['op_type']} runs in SW."])[0],
+                       why[0]["tag"] if why else (n.get("tags") or [None])[0])
+            for w in why[1:]:
+                rule(w["constraint"], w["requirement"], w["tag"])
+            results.append({
+                "ruleId": rid, "ruleIndex": idx, "level": "warning",
+                "message": {"text": _sw_message(n)},
+                "locations": [dict(loc, logicalLocations=[{"name": n["name"], "fullyQualifiedName": f"{row['path']}:{n['name']}",
+                                                          "kind": "member"}])],
+                "partialFingerprints": {"nafixNode/v1": f"{row['path']}:{n['name']}:{rid}"},
+                "properties": {"node": n["name"], "op_type": n["op_type"], "constraints": n.get("constraints") or [],
+                               "kernel": n.get("kernel"), "estimated": True},
+            })
+        for f in row.get("findings") or []:
+            idx = rule(f["constraint"], f["requirement"], f["tag"])
+            results.append({"ruleId": f["constraint"], "ruleIndex": idx, "level": _LEVEL.get(f["severity"], "warning"),
+                            "message": {"text": _finding_message(f)}, "locations": [loc],
+                            "properties": {"severity": f["severity"], "estimated": True}})
+    from .outputs import text_mark
+
+    return {
+        "$schema": SARIF_SCHEMA,
+        "version": "2.1.0",
+        # near the top: fixer.outputs recognises the file as nafix's, so a rerun may replace it
+        "properties": {"generator": text_mark(report.get("nafix_version"))},
+        "runs": [{
+            "tool": {"driver": {"name": "nafix", "version": report.get("nafix_version", __version__),
+                                "rules": list(rules.values())}},
+            "artifacts": artifacts,
+            "results": results,
+            "properties": {"profile": report["profile"], "estimated": True, "note": report.get("note", ESTIMATE_NOTE),
+                           "summary": report.get("summary")},
+        }],
+    }
+
+
+def _gh_escape_data(s: str) -> str:
+    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_escape_prop(s: str) -> str:
+    return _gh_escape_data(s).replace(":", "%3A").replace(",", "%2C")
+
+
+def github_annotations(report: dict[str, Any]) -> str:
+    """GitHub Actions workflow commands: ``::warning`` per SW node, ``::error`` per unreadable model
+    or predicted compile error / board hang, ``::notice`` per model estimate and for the zoo summary
+    (after one ``::debug::`` line naming nafix)."""
+    from .outputs import text_mark
+
+    lines = [f"::debug::{text_mark(report.get('nafix_version'))}"]  # marks a written file as nafix's
+
+    def cmd(kind: str, message: str, file: str | None = None, title: str | None = None) -> None:
+        props = []
+        if file is not None:
+            props.append(f"file={_gh_escape_prop(Path(file).as_posix())}")
+        if title:
+            props.append(f"title={_gh_escape_prop(title)}")
+        lines.append(f"::{kind}{' ' + ','.join(props) if props else ''}::{_gh_escape_data(message)}")
+
+    for row in report["models"]:
+        if not _ok(row):
+            cmd("error", row.get("error") or "error", row["path"], "nafix: model not analysed")
+            continue
+        e, mem = row["estimate"], row["memory"]
+        cmd("notice", f"estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}; weights "
+            f"{kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} "
+            f"({'fits' if mem['fits_on_chip'] else 'does NOT fit'} on-chip, {kib(mem['onchip_activation_capacity_bytes'])})",
+            row["path"], "nafix estimate")
+        for n in row["sw_nodes"]:
+            cmd("warning", _sw_message(n), row["path"], f"nafix {', '.join(n.get('constraints') or ['SW'])}")
+        for f in row.get("findings") or []:
+            kind = {"error": "error", "note": "notice"}.get(_LEVEL.get(f["severity"], "warning"), "warning")
+            cmd(kind, _finding_message(f), row["path"], f"nafix {f['constraint']}")
+    if len(report["models"]) > 1 and report.get("summary"):
+        for s in summary_lines(report["summary"]):
+            cmd("notice", s, title="nafix zoo summary")
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """
+body{font:14px system-ui,sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:1em 0}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left}
+th{background:#eee;cursor:pointer;user-select:none}th.sorted-asc::after{content:" \\25B2"}th.sorted-desc::after{content:" \\25BC"}
+td.num{text-align:right}.bar{display:flex;width:160px;height:12px;border:1px solid #999}
+.hw{background:#3a7}.sw{background:#d54}.no{color:#b00;font-weight:bold}.err{color:#b00}
+.hist div{display:flex;align-items:center;margin:2px 0}.hist span.l{width:14em}.hist span.b{background:#d54;height:12px;margin-right:6px}
+details{margin:.4em 0}summary{cursor:pointer;font-weight:bold}.note{color:#666}
+"""
+
+_JS = """
+(function(){
+  var t=document.getElementById('models');
+  function key(td){var v=td.getAttribute('data-sort');return v===null?td.textContent:v;}
+  function sortBy(i,desc){
+    var b=t.tBodies[0],rows=Array.prototype.slice.call(b.rows);
+    rows.sort(function(x,y){var a=key(x.cells[i]),c=key(y.cells[i]);var na=parseFloat(a),nc=parseFloat(c);
+      var r=(!isNaN(na)&&!isNaN(nc))?na-nc:a.localeCompare(c);return desc?-r:r;});
+    rows.forEach(function(r){b.appendChild(r);});
+    Array.prototype.forEach.call(t.tHead.rows[0].cells,function(th,j){
+      th.className=j===i?(desc?'sorted-desc':'sorted-asc'):'';});
+  }
+  Array.prototype.forEach.call(t.tHead.rows[0].cells,function(th,i){
+    th.addEventListener('click',function(){sortBy(i,th.className==='sorted-asc');});});
+  var m=/sort=([a-z_]+)(-desc)?/.exec(location.hash);
+  if(m){Array.prototype.forEach.call(t.tHead.rows[0].cells,function(th,i){
+    if(th.getAttribute('data-key')===m[1])sortBy(i,!!m[2]);});}
+})();
+"""
+
+
+def html_report(report: dict[str, Any]) -> str:
+    """One self-contained HTML page (inline CSS and JS, no network): a sortable table of models
+    with a bar of estimated HW vs SW epochs, the memory fit, a histogram of SW op types over the
+    zoo, the zoo summary, and per model its SW nodes with their reasons. ``#sort=KEY[-desc]`` in
+    the URL sorts the table on load (keys: model, epochs, sw_epochs, hw_ratio, peak, fits)."""
+    esc = html.escape
+    rows = report["models"]
+    from .outputs import text_mark
+
+    out = ["<!DOCTYPE html>", f"<!-- {esc(text_mark(report.get('nafix_version')))} -->", "<html lang='en'><head><meta charset='utf-8'>",
+           f"<title>nafix audit - profile {esc(report['profile'])}</title><style>{_CSS}</style></head><body>",
+           f"<h1>nafix audit - profile {esc(report['profile'])}</h1>",
+           f"<p class='note'>{esc(report.get('note', ESTIMATE_NOTE))} nafix {esc(str(report.get('nafix_version', '')))}.</p>"]
+    cols = (("model", "model"), ("epochs", "est. epochs"), ("sw_epochs", "est. SW epochs"), ("hw_ratio", "est. HW ratio"),
+            ("bar", "HW vs SW epochs"), ("sw_ops", "SW ops"), ("peak", "peak activations"), ("fits", "fits on-chip"))
+    out.append("<table id='models'><thead><tr>" + "".join(f"<th data-key='{k}'>{esc(t)}</th>" for k, t in cols)
+               + "</tr></thead><tbody>")
+    for i, row in enumerate(rows):
+        name = esc(row["path"])
+        if not _ok(row):
+            out.append(f"<tr class='error'><td data-sort='{name}'>{name}</td><td data-sort='-1'>-</td><td data-sort='-1'>-</td>"
+                       f"<td data-sort='-1'>-</td><td></td><td class='err'>{esc(row.get('error') or 'error')}</td>"
+                       "<td data-sort='-1'>-</td><td data-sort='-1'>-</td></tr>")
+            continue
+        e, mem = row["estimate"], row["memory"]
+        total = max(1, e["epochs"])
+        hw_w, sw_w = 100 * (e["epochs"] - e["sw_epochs"]) / total, 100 * e["sw_epochs"] / total
+        ops = _sw_summary(row)
+        fits = "yes" if mem["fits_on_chip"] else "<span class='no'>no</span>"
+        out.append(
+            f"<tr><td data-sort='{name}'><a href='#m{i}'>{name}</a></td><td class='num'>{e['epochs']}</td>"
+            f"<td class='num'>{e['sw_epochs']}</td><td class='num' data-sort='{e['hw_ratio']}'>{e['hw_ratio']:.1%}</td>"
+            f"<td data-sort='{e['hw_ratio']}'><div class='bar' title='{e['epochs'] - e['sw_epochs']} HW, {e['sw_epochs']} SW (estimated)'>"
+            f"<div class='hw' style='width:{hw_w:.1f}%'></div><div class='sw' style='width:{sw_w:.1f}%'></div></div></td>"
+            f"<td>{esc(ops)}</td><td class='num' data-sort='{mem['peak_activation_bytes'] or 0}'>{kib(mem['peak_activation_bytes'])}</td>"
+            f"<td data-sort='{int(mem['fits_on_chip'])}'>{fits}</td></tr>")
+    out.append("</tbody></table>")
+    summary = report.get("summary")
+    if summary:
+        out.append("<h2>Zoo summary (estimated)</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in summary_lines(summary)) + "</ul>")
+        ops = summary["sw_op_types"]
+        if ops:
+            top = max(o["sw_epochs"] for o in ops)
+            out.append("<h3>SW op types over the zoo (estimated SW epochs)</h3><div class='hist' id='sw-histogram'>")
+            for o in ops:
+                out.append(f"<div><span class='l'>{esc(o['op_type'])}</span><span class='b' style='width:{300 * o['sw_epochs'] / top:.0f}px'>"
+                           f"</span>{o['sw_epochs']} epochs, {o['models']} model(s)</div>")
+            out.append("</div>")
+    out.append("<h2>Models</h2>")
+    for i, row in enumerate(rows):
+        out.append(f"<details id='m{i}'{' open' if len(rows) == 1 else ''}><summary>{esc(row['path'])}</summary>")
+        if not _ok(row):
+            out.append(f"<p class='err'>{esc(row.get('error') or 'error')}</p></details>")
+            continue
+        mem = row["memory"]
+        out.append(f"<p>memory (estimated): weights {kib(mem['weights_bytes'])}, peak activations "
+                   f"{kib(mem['peak_activation_bytes'])} at <code>{esc(str(mem['peak_at']))}</code>, on-chip capacity "
+                   f"{kib(mem['onchip_activation_capacity_bytes'])}: {'fits' if mem['fits_on_chip'] else 'does NOT fit'}.</p>")
+        if row["sw_nodes"]:
+            out.append("<table class='sw'><thead><tr><th>node</th><th>op</th><th>why it runs in SW</th></tr></thead><tbody>")
+            for n in row["sw_nodes"]:
+                out.append(f"<tr><td><code>{esc(n['name'])}</code></td><td>{esc(n['op_type'])}</td><td>"
+                           + "<br>".join(esc(r) for r in n["reasons"]) + "</td></tr>")
+            out.append("</tbody></table>")
+        else:
+            out.append("<p>No SW node predicted.</p>")
+        if row.get("findings"):
+            out.append("<ul>" + "".join(f"<li>{esc(_finding_message(f))}</li>" for f in row["findings"]) + "</ul>")
+        out.append("</details>")
+    out.append(f"<script>{_JS}</script></body></html>")
+    return "\n".join(out) + "\n"
+
+
+def sarif_text(report: dict[str, Any]) -> str:
+    return json.dumps(sarif_report(report), indent=2) + "\n"

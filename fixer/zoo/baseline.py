@@ -1,0 +1,162 @@
+"""Baselines: today's findings per model, so CI fails only on what is new or worse.
+
+A baseline file is JSON: ``{"nafix_version", "schema": "nafix-baseline/1", "profile", "models":
+{PATH: {"sha256", "sw_nodes": {NODE: {"op_type", "constraints", "reasons"}}, "hw_ratio",
+"fits_on_chip", "compile_errors": [constraint id]}}}``. Paths are POSIX, relative to the current
+folder when the model lies under it (the form pre-commit passes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..errors import InputError
+
+SCHEMA = "nafix-baseline/1"
+#: HW ratios are rounded to 4 places in reports; a smaller change is noise
+RATIO_EPS = 1e-4
+
+
+def baseline_path_key(path: str) -> str:
+    p = Path(path)
+    if p.is_absolute():
+        try:
+            p = p.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:
+            pass
+    return p.as_posix()
+
+
+def _entry(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "sha256": row.get("sha256"),
+        "sw_nodes": {n["name"]: {"op_type": n["op_type"], "constraints": sorted(set(n.get("constraints") or [])),
+                                 "reasons": list(n.get("reasons") or [])} for n in row["sw_nodes"]},
+        "hw_ratio": row["estimate"]["hw_ratio"],
+        "fits_on_chip": row["memory"]["fits_on_chip"],
+        "compile_errors": sorted({f["constraint"] for f in row.get("findings") or [] if f.get("severity") == "compile_error"}),
+    }
+
+
+def make_baseline(report: dict[str, Any]) -> dict[str, Any]:
+    """A baseline from an audit report (models that could not be analysed are left out)."""
+    models = {baseline_path_key(r["path"]): _entry(r) for r in report["models"]
+              if not r.get("error") and r.get("estimate") is not None}
+    # "nafix_version" first: fixer.outputs recognises the file as nafix's, so a rerun may refresh it
+    return {"nafix_version": __version__, "schema": SCHEMA, "profile": report["profile"],
+            "models": dict(sorted(models.items()))}
+
+
+def baseline_text(report: dict[str, Any]) -> str:
+    return json.dumps(make_baseline(report), indent=2) + "\n"
+
+
+def load_baseline(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read and validate a baseline file; anything else is one clear InputError."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"{p}: baseline file not found (write one with --write-baseline {p}).") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: the baseline file cannot be read ({exc}).") from None
+    except ValueError as exc:
+        raise InputError(f"{p}: the baseline file is not valid JSON ({exc}); write it again with --write-baseline.") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise InputError(f"{p}: not a nafix baseline (expected \"schema\": \"{SCHEMA}\"); "
+                         "write it again with --write-baseline.")
+    models = data.get("models")
+    if not isinstance(models, dict):
+        raise InputError(f"{p}: the baseline has no \"models\" object; write it again with --write-baseline.")
+    for key, e in models.items():
+        where = f"{p}: model '{key}'"
+        if not isinstance(e, dict):
+            raise InputError(f"{where} is not an object.")
+        nodes = e.get("sw_nodes")
+        if not isinstance(nodes, dict) or not all(isinstance(v, dict) and isinstance(v.get("constraints", []), list)
+                                                  for v in nodes.values()):
+            raise InputError(f"{where}: \"sw_nodes\" must map node names to objects.")
+        if not isinstance(e.get("hw_ratio"), (int, float)) or isinstance(e.get("hw_ratio"), bool):
+            raise InputError(f"{where}: \"hw_ratio\" must be a number.")
+        if not isinstance(e.get("fits_on_chip"), bool):
+            raise InputError(f"{where}: \"fits_on_chip\" must be true or false.")
+        if not isinstance(e.get("compile_errors", []), list):
+            raise InputError(f"{where}: \"compile_errors\" must be a list.")
+    return data
+
+
+@dataclass
+class Change:
+    path: str
+    kind: str  # new_sw_node | worse_sw_node | lower_hw_ratio | no_longer_fits | compile_error | (improvements:)
+    #            fixed_sw_node | higher_hw_ratio | fits_now | compile_error_fixed
+    message: str
+    node: str | None = None
+
+
+@dataclass
+class Comparison:
+    regressions: list[Change] = field(default_factory=list)
+    improvements: list[Change] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        def d(c: Change) -> dict[str, Any]:
+            return {"path": c.path, "kind": c.kind, "node": c.node, "message": c.message}
+
+        return {"regressions": [d(c) for c in self.regressions], "improvements": [d(c) for c in self.improvements]}
+
+
+def compare(report: dict[str, Any], baseline: dict[str, Any]) -> Comparison:
+    """What is new or worse (regressions) and what got better (improvements) than the baseline.
+    A model is looked up by path, else by content hash (a renamed file); a model the baseline does
+    not know has no baseline: each SW node, compile error and failed memory fit is new."""
+    out = Comparison()
+    models = baseline["models"]
+    by_sha = {e.get("sha256"): e for e in models.values() if e.get("sha256")}
+    for row in report["models"]:
+        if row.get("error") or row.get("estimate") is None:
+            continue  # reported as an error row (exit 2) already
+        path = row["path"]
+        key = baseline_path_key(path)
+        base = models.get(key) or by_sha.get(row.get("sha256"))
+        now = _entry(row)
+        old_nodes = base["sw_nodes"] if base else {}
+        for name, n in now["sw_nodes"].items():
+            why = "; ".join(n["reasons"])
+            if name not in old_nodes:
+                out.regressions.append(Change(path, "new_sw_node", f"{path}: new SW node '{name}' ({n['op_type']}): {why}", name))
+            else:
+                added = sorted(set(n["constraints"]) - set(old_nodes[name].get("constraints") or []))
+                if added:
+                    out.regressions.append(Change(path, "worse_sw_node", f"{path}: SW node '{name}' ({n['op_type']}) now also "
+                                                  f"fails {', '.join(added)}: {why}", name))
+        for name, n in old_nodes.items():
+            if name not in now["sw_nodes"]:
+                out.improvements.append(Change(path, "fixed_sw_node", f"{path}: '{name}' ({n.get('op_type', '?')}) no longer "
+                                               "runs in SW (estimated)", name))
+        if base:
+            if now["hw_ratio"] < base["hw_ratio"] - RATIO_EPS:
+                out.regressions.append(Change(path, "lower_hw_ratio", f"{path}: estimated HW ratio fell from "
+                                              f"{base['hw_ratio']:.1%} to {now['hw_ratio']:.1%}"))
+            elif now["hw_ratio"] > base["hw_ratio"] + RATIO_EPS:
+                out.improvements.append(Change(path, "higher_hw_ratio", f"{path}: estimated HW ratio rose from "
+                                               f"{base['hw_ratio']:.1%} to {now['hw_ratio']:.1%}"))
+        if not now["fits_on_chip"] and (not base or base["fits_on_chip"]):
+            out.regressions.append(Change(path, "no_longer_fits", f"{path}: the estimated activations no longer fit "
+                                          "in the on-chip memory" if base else f"{path}: the estimated activations do not "
+                                          "fit in the on-chip memory"))
+        elif now["fits_on_chip"] and base and not base["fits_on_chip"]:
+            out.improvements.append(Change(path, "fits_now", f"{path}: the estimated activations now fit on-chip"))
+        old_errors = set(base.get("compile_errors") or []) if base else set()
+        for c in sorted(set(now["compile_errors"]) - old_errors):
+            f = next(f for f in row["findings"] if f["constraint"] == c and f["severity"] == "compile_error")
+            out.regressions.append(Change(path, "compile_error", f"{path}: new predicted compile error: "
+                                          f"{f['requirement']} ({f['detail']})"))
+        for c in sorted(old_errors - set(now["compile_errors"])):
+            out.improvements.append(Change(path, "compile_error_fixed", f"{path}: predicted compile error {c} is gone"))
+    return out

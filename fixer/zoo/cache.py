@@ -1,0 +1,196 @@
+"""A content-addressed cache of audit rows.
+
+Key = sha256 of (the model's bytes and those of its external data files, the nafix version, a
+fingerprint of nafix's own code and rule files, the resolved target profile and memory pools, the
+options that change placement). An entry is a JSON file holding its own key and a schema tag; an
+entry that does not parse, has another schema, holds another key or a malformed row is ignored and
+recomputed, never trusted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from .rows import row_problem
+
+log = logging.getLogger(__name__)
+
+SCHEMA = "nafix-audit-cache/1"
+ENV = "NAFIX_CACHE_DIR"
+_CHUNK = 1 << 20
+
+
+def default_cache_dir() -> Path:
+    """``$NAFIX_CACHE_DIR``, else the platform's user cache folder + ``nafix``:
+    ``%LOCALAPPDATA%\\nafix\\Cache`` (Windows), ``~/Library/Caches/nafix`` (macOS),
+    ``$XDG_CACHE_HOME/nafix`` or ``~/.cache/nafix`` (elsewhere)."""
+    env = os.environ.get(ENV)
+    if env:
+        return Path(env)
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
+        return Path(base) / "nafix" / "Cache"
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / "nafix"
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache") / "nafix"
+
+
+def _hash_file(h, path: Path) -> None:
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+
+
+def content_sha256(path: Path) -> str | None:
+    """sha256 of the model file followed by each external data file an ONNX model names (sorted by location);
+    None when the file (or a data file) cannot be read: the worker then reports why."""
+    if not path.is_file():  # a FIFO or device could block or never end: the worker reports it
+        return None
+    try:
+        h = hashlib.sha256()
+        mark, seen, tail = b"location", False, b""
+        with open(path, "rb") as f:  # streamed: a multi-GB model is never held in memory here
+            while chunk := f.read(_CHUNK):
+                h.update(chunk)
+                seen = seen or mark in tail + chunk
+                tail = chunk[-len(mark):]
+        if seen and path.suffix.lower() == ".onnx":  # the key of every external-data entry; parse only then
+            for loc in _external_locations(path):
+                h.update(b"\0" + loc.encode() + b"\0")
+                target = (path.parent / loc)
+                if not target.resolve().is_relative_to(path.parent.resolve()):
+                    return None
+                _hash_file(h, target)
+        return h.hexdigest()
+    except Exception:  # noqa: BLE001 - unreadable: no key, the worker reports the reason
+        return None
+
+
+def _external_locations(path: Path) -> list[str]:
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    model = onnx.load(str(path), load_external_data=False)
+    locs = set()
+    for t in _get_all_tensors(model):
+        if uses_external_data(t):
+            for e in t.external_data:
+                if e.key == "location":
+                    locs.add(e.value)
+    return sorted(locs)
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """sha256 over nafix's own source, profile and rule files: a changed placement model never
+    reuses results computed by the old one, even without a version bump."""
+    import fixer
+
+    h = hashlib.sha256(__version__.encode())
+    roots = [Path(fixer.__file__).parent]
+    from ..rules import builtin_rules_dir
+
+    roots.append(Path(str(builtin_rules_dir())))
+    for root in roots:
+        for p in sorted(root.rglob("*")):
+            if p.suffix in (".py", ".yaml", ".yml", ".json") and p.is_file() and "__pycache__" not in p.parts:
+                h.update(p.relative_to(root).as_posix().encode() + b"\0")
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def options_fingerprint(opts, profile, pools) -> str:
+    """What changes an audit result besides the model: the resolved profile and pools (so an edited
+    profile or .mpool file is seen), the stedgeai options and pinned input shapes."""
+    text = json.dumps({
+        "analysis": _canonical(opts),  # every option, including those added later (e.g. the core version)
+        "profile": _canonical(profile),
+        "pools": _canonical(pools),
+        "stedgeai_options": sorted(opts.stedgeai_options),
+        "input_shapes": {k: list(v) for k, v in sorted(dict(opts.input_shapes).items())},
+    }, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _canonical(obj: Any) -> Any:
+    """A JSON-able form of ``obj`` that is the same in every process: sets sorted (their iteration
+    order follows the per-process string hash), dataclasses and mappings by field, no object ids."""
+    import dataclasses
+    import re
+    from collections.abc import Mapping
+
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: _canonical(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {str(k): _canonical(v) for k, v in sorted(obj.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(obj, (set, frozenset)):
+        return sorted((_canonical(v) for v in obj), key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    if callable(obj):
+        return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
+    return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
+
+
+def cache_key(content: str, options: str) -> str:
+    text = json.dumps({"schema": SCHEMA, "content": content, "nafix": __version__, "code": code_fingerprint(),
+                       "options": options}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+class Cache:
+    """Rows by key under ``root/v1/<2 hex>/<key>.json``. Only successful analyses are stored (an
+    error such as a timeout may not happen again)."""
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.hits = 0
+        self.misses = 0
+
+    def _file(self, key: str) -> Path:
+        return self.root / "v1" / key[:2] / f"{key}.json"
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        f = self._file(key)
+        try:
+            entry = json.loads(f.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            self.misses += 1
+            return None
+        except (OSError, ValueError, UnicodeDecodeError):
+            log.debug("ignoring unreadable cache entry %s", f)
+            self.misses += 1
+            return None
+        row = entry.get("row") if isinstance(entry, dict) else None
+        if not (isinstance(entry, dict) and entry.get("schema") == SCHEMA and entry.get("key") == key
+                and row_problem(row) is None and row.get("error") is None):
+            log.debug("ignoring foreign or malformed cache entry %s", f)
+            self.misses += 1
+            return None
+        self.hits += 1
+        return row
+
+    def put(self, key: str, row: dict[str, Any]) -> None:
+        if row.get("error") is not None:
+            return
+        f = self._file(key)
+        try:
+            f.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=f.parent, prefix=".", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump({"schema": SCHEMA, "key": key, "row": row}, out)
+            os.replace(tmp, f)
+        except OSError as exc:  # a read-only or full cache folder only costs speed
+            log.warning("could not write the audit cache in %s (%s)", self.root, exc)

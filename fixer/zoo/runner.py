@@ -1,0 +1,264 @@
+"""Run the per-model audit over many files: cache lookups, then a pool of worker processes (or a
+Dask cluster) for the rest, with a per-model timeout; rows come back sorted by path."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import multiprocessing as mp
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .. import __version__
+from ..errors import InputError, UsageError
+from .cache import Cache, cache_key, content_sha256, options_fingerprint
+from .worker import error_row, worker_main
+
+log = logging.getLogger(__name__)
+
+#: progress(done, total, failures)
+Progress = Callable[[int, int, int], None]
+
+
+@dataclass(frozen=True)
+class Shard:
+    index: int  # 1-based
+    count: int
+
+    @classmethod
+    def parse(cls, text: str) -> "Shard":
+        try:
+            k, n = (int(x) for x in text.split("/"))
+        except ValueError:
+            raise UsageError(f"--shard '{text}' is not K/N (e.g. 1/3).") from None
+        if n < 1 or not 1 <= k <= n:
+            raise UsageError(f"--shard '{text}': K must be between 1 and N (e.g. 1/3).")
+        return cls(k, n)
+
+    def takes(self, path: str) -> bool:
+        """Deterministic by the path as given (POSIX form), so every machine splits a zoo alike."""
+        h = int.from_bytes(hashlib.sha256(Path(path).as_posix().encode()).digest()[:8], "big")
+        return h % self.count == self.index - 1
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+@dataclass(frozen=True)
+class ZooOptions:
+    """How to run a many-model audit."""
+
+    jobs: int = 0  # 0: the number of CPUs
+    timeout: float | None = 120.0  # seconds per model; None: no limit
+    cache_dir: Path | None = None  # None: the platform user cache folder
+    use_cache: bool = True
+    shard: Shard | None = None
+    executor: str | None = None  # dask://HOST:PORT
+    recursive: bool = True
+
+
+def default_jobs() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOptions = ZooOptions(), *,
+               progress: Progress | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Audit every model under ``paths``; return (rows sorted by path, run statistics)."""
+    from ..api import collect_models, resolve_pools, resolve_profile
+    from .cache import default_cache_dir
+
+    if not paths:
+        raise UsageError("give at least one model file or folder to audit.")
+    profile = resolve_profile(analysis)  # bad options fail here, once, before any worker starts
+    pools = resolve_pools(analysis)
+    files = collect_models(paths, recursive=zoo.recursive)
+    if not files:
+        raise InputError(f"no .onnx or .tflite model found under {', '.join(str(p) for p in paths)}.")
+    # every path given gets a row: a folder without any model is an error row of its own
+    empty = [str(p) for p in paths if Path(p).is_dir() and not collect_models([p], recursive=zoo.recursive)]
+    if zoo.shard is not None:
+        files = [f for f in files if zoo.shard.takes(str(f))]
+        empty = [p for p in empty if zoo.shard.takes(p)]
+    names = sorted({str(f) for f in files})
+    stats: dict[str, Any] = {"models": len(names), "cached": 0, "analysed": 0}
+    rows: dict[str, dict[str, Any]] = {p: error_row(p, f"{p}: no .onnx model found in this folder.") for p in empty}
+    if not names:
+        return sorted(rows.values(), key=lambda r: r["path"]), stats
+    cache = Cache(zoo.cache_dir or default_cache_dir()) if zoo.use_cache else None
+    opt_fp = options_fingerprint(analysis, profile, pools) if cache else ""
+    todo: list[tuple[str, str | None, str | None]] = []  # (path, sha256, cache key)
+    for name in names:
+        if cache is None:  # the workers hash the files, in parallel
+            todo.append((name, None, None))
+            continue
+        sha = content_sha256(Path(name))
+        key = cache_key(sha, opt_fp) if sha is not None else None
+        row = cache.get(key) if key is not None else None
+        if row is not None:
+            rows[name] = dict(row, path=name, sha256=sha)
+        else:
+            todo.append((name, sha, key))
+    stats["cached"] = len(names) - len(todo)
+    failures = len(empty)
+    if progress:
+        progress(stats["cached"], len(names), failures)
+
+    def done(name: str, row: dict[str, Any]) -> None:
+        nonlocal failures
+        rows[name] = row
+        if row.get("error"):
+            failures += 1
+        if progress:
+            progress(len(rows) - len(empty), len(names), failures)
+
+    cache_root = str(cache.root) if cache is not None else None
+    # forked workers inherit the resolved profile and the modules the analysis uses: no worker
+    # parses the profile YAML again or imports on its first model
+    from .. import report  # noqa: F401
+    from . import worker
+
+    worker.prime(analysis, profile, pools)
+    if todo:
+        if zoo.executor:
+            from .dask_executor import run_dask
+
+            run_dask(zoo.executor, todo, analysis, zoo.timeout, cache_root, done)
+        else:
+            jobs = zoo.jobs or default_jobs()
+            _run_pool(todo, analysis, min(jobs, len(todo)), zoo.timeout, cache_root, done)
+    stats["analysed"] = len(todo)
+    return sorted(rows.values(), key=lambda r: r["path"]), stats
+
+
+def _context():
+    """fork where it is safe and cheapest (Linux, no other Python thread: the workers start with
+    nafix already imported), else forkserver (one clean server process forks the workers), else
+    spawn (Windows, and macOS where fork is unsafe)."""
+    methods = mp.get_all_start_methods()
+    if sys.platform.startswith("linux") and threading.active_count() == 1:
+        return mp.get_context("fork")
+    if "forkserver" in methods and sys.platform != "darwin":
+        ctx = mp.get_context("forkserver")
+        ctx.set_forkserver_preload(["fixer.zoo.worker", "fixer.api", "fixer.report"])
+        return ctx
+    return mp.get_context("spawn")
+
+
+class _Slot:
+    """One worker process and the task it is running."""
+
+    def __init__(self, ctx, analysis, cache_root):
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=worker_main, args=(child, analysis, cache_root), daemon=True)
+        self.proc.start()
+        child.close()
+        self.task: tuple[int, str, str | None, str | None] | None = None
+        self.started = 0.0
+
+    def give(self, index: int, item: tuple[str, str | None, str | None]) -> None:
+        self.task = (index, *item)
+        self.started = time.monotonic()
+        self.conn.send((index, *item))
+
+    def stop(self, *, kill: bool = False) -> None:
+        if kill:
+            self.proc.kill()
+        else:
+            try:
+                self.conn.send(None)
+            except OSError:
+                pass
+        self.proc.join(timeout=5)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join(timeout=5)
+        self.conn.close()
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+def _run_pool(todo, analysis, jobs: int, timeout: float | None, cache_root: str | None, done) -> None:
+    """A fixed pool of ``jobs`` worker processes, each loading one model at a time. A worker that
+    dies (crash, out of memory) or exceeds ``timeout`` on a model is replaced; that model becomes an
+    error row and the others go on."""
+    ctx = _context()
+    # largest files first (a proxy for analysis time): the last model to finish is a small one
+    queue = sorted(enumerate(todo), key=lambda it: _size(it[1][0]))
+    slots = [_Slot(ctx, analysis, cache_root) for _ in range(jobs)]
+    try:
+        for s in slots:
+            if queue:
+                s.give(*queue.pop())
+        while any(s.task for s in slots):
+            busy = [s for s in slots if s.task]
+            wait_for = None
+            if timeout is not None:
+                now = time.monotonic()
+                wait_for = max(0.0, min(s.started + timeout - now for s in busy))
+            ready = wait([s.conn for s in busy] + [s.proc.sentinel for s in busy], timeout=wait_for)
+            now = time.monotonic()
+            for i, s in enumerate(slots):
+                if not s.task:
+                    continue
+                index, name, sha, key = s.task
+                row = None
+                if s.conn in ready:
+                    try:
+                        got_index, row = s.conn.recv()
+                        if got_index != index:  # cannot happen with one task per worker
+                            row = error_row(name, f"{name}: internal error: a worker answered for another model.", sha)
+                    except (EOFError, OSError):
+                        row = None
+                if row is not None:
+                    s.task = None
+                    done(name, row)
+                elif s.proc.sentinel in ready or not s.proc.is_alive():
+                    code = s.proc.exitcode
+                    done(name, error_row(name, f"{name}: the worker process analysing this model died "
+                                               f"(exit code {code}); the model may be too large for this machine's memory.", sha))
+                    s.stop(kill=True)
+                    slots[i] = s = _Slot(ctx, analysis, cache_root)
+                elif timeout is not None and now - s.started >= timeout:
+                    done(name, error_row(name, f"{name}: the analysis took longer than the per-model "
+                                               f"timeout of {timeout:g} s (--timeout).", sha))
+                    s.stop(kill=True)
+                    slots[i] = s = _Slot(ctx, analysis, cache_root)
+                if s.task is None and queue:
+                    s.give(*queue.pop())
+    finally:
+        for s in slots:
+            s.stop(kill=bool(s.task))
+
+
+def build_report(rows: list[dict[str, Any]], *, profile: str, shard: Shard | None = None,
+                 nafix_version: str = __version__) -> dict[str, Any]:
+    """The JSON report of an audit: header, rows (sorted by path) and the zoo summary."""
+    from ..report import ESTIMATE_NOTE
+    from .summary import zoo_summary
+
+    rows = sorted(rows, key=lambda r: r["path"])
+    report: dict[str, Any] = {
+        "nafix_version": nafix_version,
+        "profile": profile,
+        "estimated": True,
+        "note": ESTIMATE_NOTE,
+        "models": rows,
+        "summary": zoo_summary(rows),
+    }
+    if shard is not None:
+        report["shard"] = {"index": shard.index, "count": shard.count}
+    return report

@@ -1,0 +1,86 @@
+"""The zoo summary: where a model-zoo owner should start."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from typing import Any
+
+#: HW-ratio buckets of the distribution: (label, lower bound inclusive, upper bound exclusive)
+BUCKETS = (("100%", 1.0, 2.0), ("90-99%", 0.9, 1.0), ("75-89%", 0.75, 0.9), ("50-74%", 0.5, 0.75), ("<50%", 0.0, 0.5))
+
+
+def sw_epochs_by_op(row: dict[str, Any]) -> Counter:
+    """Estimated SW epochs of one model row by the op name the report would print (hybrid epochs
+    as "OP (hybrid)")."""
+    e = row.get("estimate") or {}
+    if "sw_ops" in e:
+        c = Counter(e.get("sw_ops") or {})
+        c.update({f"{op} (hybrid)": n for op, n in (e.get("hybrid_ops") or {}).items()})
+        return c
+    ops = {n["name"]: n["op_type"] for n in row.get("sw_nodes") or []}  # a report without "sw_ops"
+    c = Counter()
+    for ep in row.get("epochs") or []:
+        if ep.get("unit") == "SW":
+            c[next((ops[n] for n in ep.get("nodes", []) if n in ops), "?")] += 1
+    return c
+
+
+def _row_constraints(row: dict[str, Any]) -> set[str]:
+    keys: set[str] = set()
+    for n in row.get("sw_nodes") or []:
+        keys.update(n.get("constraints") or [])
+        keys.add(f"sw_op:{n['op_type']}")
+    for f in row.get("findings") or []:
+        if f.get("severity") != "note":
+            keys.add(f["constraint"])
+    return keys
+
+
+def zoo_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Models audited / failed, the estimated HW-ratio distribution, the SW op types costing the
+    most estimated epochs over the zoo, and the nafix rules that address them (by the constraints
+    each rule ``fixes``: a rule may still not apply to a given node; ``nafix MODEL`` says)."""
+    ok = [r for r in rows if not r.get("error") and r.get("estimate")]
+    ratios = [r["estimate"]["hw_ratio"] for r in ok]
+    dist = [{"range": label, "models": sum(1 for x in ratios if low <= x < high)} for label, low, high in BUCKETS]
+    ops: Counter = Counter()
+    op_models: dict[str, set[str]] = defaultdict(set)
+    for r in ok:
+        for op, n in sw_epochs_by_op(r).items():
+            ops[op] += n
+            op_models[op].add(r["path"])
+    rules_out = []
+    try:
+        from ..rules import load_rules
+
+        rules = load_rules()
+    except Exception:  # noqa: BLE001 - the summary never fails an audit
+        rules = []
+    for rule in rules:
+        fixes = set(rule.fixes)
+        models = [r["path"] for r in ok if fixes & _row_constraints(r)]
+        if not models:
+            continue
+        nodes = sum(1 for r in ok for n in r.get("sw_nodes") or []
+                    if fixes & (set(n.get("constraints") or []) | {f"sw_op:{n['op_type']}"}))
+        rules_out.append({
+            "rule": rule.id, "name": rule.name, "opt_in": rule.opt_in, "models": len(models), "sw_nodes": nodes,
+            "command": f"nafix MODEL --select {rule.id}" if rule.opt_in else "nafix MODEL",
+        })
+    rules_out.sort(key=lambda d: (-d["models"], d["rule"]))
+    return {
+        "models": len(rows),
+        "audited": len(ok),
+        "failed": len(rows) - len(ok),
+        "with_sw": sum(1 for r in ok if r["estimate"]["sw_epochs"] > 0),
+        "hw_ratio": {
+            "min": min(ratios) if ratios else None,
+            "median": round(statistics.median(ratios), 4) if ratios else None,
+            "max": max(ratios) if ratios else None,
+            "distribution": dist,
+        },
+        "sw_op_types": [{"op_type": op, "sw_epochs": n, "models": len(op_models[op])}
+                        for op, n in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))],
+        "rules": rules_out,
+    }
