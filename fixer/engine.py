@@ -148,7 +148,8 @@ def run_engine(
                         continue
                     p = view.producer(t)
                     region_in.append(p.inputs[0].name if p is not None and p.op == "DequantizeLinear" else t.name)
-                ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=result.provenance)
+                ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=result.provenance,
+                            taken=view.names_taken)  # one name set per round, not per change
                 neighbourhood = _neighbourhood(node)  # before the rewriter disconnects the anchor
                 try:
                     res: RewriteResult = rw.func(match, ed)

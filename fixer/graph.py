@@ -81,6 +81,13 @@ class GraphView:
     def by_name(self) -> dict[str, gs.Node]:
         return {n.name: n for n in self.graph.nodes}
 
+    @cached_property
+    def names_taken(self) -> set[str]:
+        """Every tensor and node name of the graph, built once per view and shared by the round's
+        :class:`Editor` s, which add the names they create: a new name costs a set lookup, not a
+        walk of the whole graph per rewrite."""
+        return set(self.graph.tensors().keys()) | {n.name for n in self.graph.nodes}
+
     # -- tensors ---------------------------------------------------------------------------
     @staticmethod
     def producer(t: gs.Tensor) -> gs.Node | None:
@@ -223,12 +230,17 @@ class Editor:
     graph and never clean it up (the engine does one cleanup + toposort per round).
     """
 
-    def __init__(self, graph: gs.Graph, *, rule_id: str, anchor: gs.Node, provenance: dict[str, str]):
+    def __init__(self, graph: gs.Graph, *, rule_id: str, anchor: gs.Node, provenance: dict[str, str],
+                 taken: set[str] | None = None):
+        """``taken``: the graph's names when the caller keeps them (``GraphView.names_taken``,
+        shared and extended); otherwise they are collected from ``graph`` here."""
         self.graph = graph
         self.rule_id = rule_id
         self.anchor = anchor
         self.provenance = provenance
-        self._taken = {t for t in graph.tensors().keys()} | {n.name for n in graph.nodes}
+        if taken is None:
+            taken = set(graph.tensors().keys()) | {n.name for n in graph.nodes}
+        self._taken = taken
         self.created: list[gs.Node] = []
 
     def name(self, base: str | None = None) -> str:
