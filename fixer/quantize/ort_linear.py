@@ -6,9 +6,12 @@ that rescans the whole graph once per tensor:
 
 * ``MinMaxCalibrater.augment_graph`` rebuilds a name -> value_info dict and searches the node list
   for the insertion point once per calibrated tensor (``add_reduce_min_max``);
-* ``ONNXModel.replace_input_of_all_nodes`` visits every node once per quantized tensor;
-* ``ONNXModel.get_initializer`` / ``add_initializer`` and ``quant_utils.find_by_name`` on the
-  initializer list scan every initializer once per lookup.
+* ``ONNXModel.replace_input_of_all_nodes`` / ``replace_output_of_all_nodes`` visit every node
+  once per quantized tensor, and ``input_name_to_nodes`` rebuilds a dict of the whole graph for
+  each one-tensor question (``try_replacing_upstream_output``, ``adjust_tensor_ranges``);
+* ``ONNXModel.get_initializer`` / ``add_initializer`` / ``remove_initializer`` and
+  ``quant_utils.find_by_name`` on the initializer list scan every initializer once per lookup, and
+  ``initializer_extend`` re-checks every initializer once per bias.
 
 :func:`linear_time_quantization` swaps these for versions backed by indexes, for the duration of a
 ``with`` block, and restores the originals on exit (also on error). Equivalence argument, per helper:
@@ -21,15 +24,18 @@ that rescans the whole graph once per tensor:
   calibration order; tensors nobody reads get theirs appended at the end. The adapter computes each
   first consumer once and emits the same sequence, so the augmented model is the same graph (only the
   random uuid names of the helper initializers differ, as they do between two onnxruntime runs).
-* ``replace_input_of_all_nodes(old, new)``: renames ``old`` to ``new`` in the inputs of the nodes
-  that read ``old``. The adapter keeps a tensor -> readers index, extended with nodes appended since
-  the last call and rebuilt when nodes were removed or an input was rewritten through another
-  ``ONNXModel`` method; it visits exactly the readers of ``old`` instead of every node. In the QDQ
+* ``replace_input_of_all_nodes(old, new)`` (and the output twin): renames ``old`` to ``new`` in the
+  inputs of the nodes that read ``old``. The adapter keeps tensor -> readers and tensor -> writers
+  indexes, extended with nodes appended since the last call and rebuilt when nodes were removed or
+  an input/output was rewritten through another ``ONNXModel`` method; it visits exactly the readers
+  of ``old`` instead of every node. ``input_name_to_nodes()`` answers from the same index with the
+  same lists (one entry per input slot, in graph order). In the QDQ
   format, onnxruntime changes node inputs only through ``ONNXModel`` methods (the direct
   ``node.input[...]`` writes are in the QOperator-format operators), so the index cannot miss a
   reader; nafix uses this adapter for QDQ quantization only.
 * initializer lookups return the first initializer with the name, as the scans do, from a
-  name -> initializer index kept in step with appends and rebuilt after removals.
+  name -> initializers index kept in step with appends and removals; ``initializer_extend``
+  re-checks only the float8 initializers, the only ones ``ONNXModel._check_init`` inspects.
 
 Results are therefore identical, which ``tests/test_ort_linear.py`` checks against unpatched
 onnxruntime (scales, zero-points, the whole quantized graph). Each adapter is a drop-in for one
@@ -39,10 +45,10 @@ onnxruntime helper and could replace it upstream.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import sys
 import uuid
 import weakref
+from collections.abc import Mapping
 from typing import Iterator
 
 import numpy as np
@@ -53,18 +59,23 @@ _ATTR = "_nafix_linear_index"
 
 
 class _Index:
-    """Per-model indexes: tensor -> reading nodes, initializer name -> initializer."""
+    """Per-model indexes kept in step with the edits onnxruntime's QDQ quantizer makes.
+
+    Nodes are only appended between two calls (``add_node``), so each index reads the nodes and
+    initializers added since its last call; any other change of the node list (removal) or of node
+    inputs/outputs made outside the indexed methods drops the affected index, rebuilt on next use.
+    """
 
     def __init__(self, model: onnx.ModelProto):
         self.model = model
-        self.readers: dict[str, list[onnx.NodeProto]] = {}
-        self.nodes_seen = 0
-        self.inits: dict[str, onnx.TensorProto] = {}
-        self.inits_seen = 0
+        self.invalidate_nodes()
+        self.invalidate_inits()
 
-    # -- node readers ------------------------------------------------------------------------
+    # -- nodes: readers (per input occurrence, in graph order) and writers ------------------------
     def invalidate_nodes(self) -> None:
-        self.readers = {}
+        self.readers: dict[str, list[onnx.NodeProto]] = {}
+        self.writers: dict[str, list[onnx.NodeProto]] = {}
+        self.order: dict[int, int] = {}  # id(node) -> position when indexed (appends only)
         self.nodes_seen = 0
 
     def sync_nodes(self) -> None:
@@ -73,42 +84,82 @@ class _Index:
             self.invalidate_nodes()
         for i in range(self.nodes_seen, len(nodes)):
             node = nodes[i]
-            for name in set(node.input):
-                self.readers.setdefault(name, []).append(node)
+            self.order[id(node)] = i
+            for name in node.input:
+                if name:
+                    self.readers.setdefault(name, []).append(node)
+            for name in node.output:
+                if name:
+                    self.writers.setdefault(name, []).append(node)
         self.nodes_seen = len(nodes)
 
-    def replace_input(self, old: str, new: str) -> None:
+    def _rename(self, table: dict, field: str, old: str, new: str) -> None:
         self.sync_nodes()
-        readers = self.readers.pop(old, [])
         moved = []
-        for node in readers:
-            hit = False
-            for j in range(len(node.input)):
-                if node.input[j] == old:
-                    node.input[j] = new
-                    hit = True
-            if hit:
-                moved.append(node)
-        if moved:
-            self.readers.setdefault(new, []).extend(moved)
+        done: set[int] = set()
+        for node in table.pop(old, []):
+            if id(node) in done:
+                continue
+            done.add(id(node))
+            names = getattr(node, field)
+            for j in range(len(names)):
+                if names[j] == old:
+                    names[j] = new
+                    moved.append(node)
+        if moved and new:
+            merged = table.get(new, []) + moved
+            merged.sort(key=lambda n: self.order.get(id(n), 0))  # graph order, as a scan finds them
+            table[new] = merged
 
-    # -- initializers ------------------------------------------------------------------------
+    def replace_input(self, old: str, new: str) -> None:
+        self._rename(self.readers, "input", old, new)
+
+    def replace_output(self, old: str, new: str) -> None:
+        self._rename(self.writers, "output", old, new)
+
+    def readers_of(self, name: str) -> list[onnx.NodeProto] | None:
+        self.sync_nodes()
+        found = self.readers.get(name)
+        return list(found) if found else None
+
+    # -- initializers: name -> initializers with that name, in list order -------------------------
     def invalidate_inits(self) -> None:
-        self.inits = {}
+        self.inits: dict[str, list[onnx.TensorProto]] = {}
+        self.float8: list[onnx.TensorProto] = []
         self.inits_seen = 0
 
-    def initializer(self, name: str) -> onnx.TensorProto | None:
+    def sync_inits(self) -> None:
         inits = self.model.graph.initializer
         if len(inits) < self.inits_seen:
             self.invalidate_inits()
         for i in range(self.inits_seen, len(inits)):
-            self.inits.setdefault(inits[i].name, inits[i])
+            t = inits[i]
+            self.inits.setdefault(t.name, []).append(t)
+            if t.data_type == onnx.TensorProto.FLOAT8E4M3FN:
+                self.float8.append(t)
         self.inits_seen = len(inits)
+
+    def initializer(self, name: str) -> onnx.TensorProto | None:
+        self.sync_inits()
         found = self.inits.get(name)
-        if found is not None and found.name != name:  # renamed in place: start over
+        if not found:
+            return None
+        if found[0].name != name:  # renamed in place after indexing: read the list again
             self.invalidate_inits()
             return self.initializer(name)
-        return found
+        return found[0]
+
+    def removed_initializer(self, tensor: onnx.TensorProto) -> None:
+        """``tensor`` (indexed before) has just been removed from the initializer list."""
+        same = self.inits.get(tensor.name, [])
+        for k, t in enumerate(same):
+            if t is tensor:
+                del same[k]
+                self.inits_seen -= 1
+                if tensor in self.float8:
+                    self.float8.remove(tensor)
+                return
+        self.invalidate_inits()
 
 
 def _index(onnx_model) -> _Index:
@@ -185,12 +236,13 @@ def _linear_augment_graph(self) -> None:
 def _patched_methods():
     from onnxruntime.quantization.onnx_model import ONNXModel
 
-    orig_replace_node_input = ONNXModel.__dict__["replace_node_input"]
-    orig_replace_input_of_nodes = ONNXModel.replace_input_of_nodes
-    orig_remove_node = ONNXModel.remove_node
-    orig_remove_initializer = ONNXModel.remove_initializer
-    orig_clean = ONNXModel.clean_initializers
     orig_init = ONNXModel.__init__
+    orig_replace_node_input = ONNXModel.__dict__["replace_node_input"]
+    orig_replace_node_output = ONNXModel.__dict__["replace_node_output"]
+    orig_replace_input_of_nodes = ONNXModel.replace_input_of_nodes
+    orig_replace_output_of_nodes = ONNXModel.replace_output_of_nodes
+    orig_remove_node = ONNXModel.remove_node
+    orig_clean = ONNXModel.clean_initializers
     live: "weakref.WeakSet" = weakref.WeakSet()
 
     def __init__(self, *args, **kwargs):
@@ -198,16 +250,30 @@ def _patched_methods():
         live.add(self)  # find_by_name recognises this model's initializer list
 
     def replace_input_of_all_nodes(self, old_input_name, new_input_name):
-        live.add(self)
         _index(self).replace_input(old_input_name, new_input_name)
+
+    def replace_output_of_all_nodes(self, old_output_name, new_output_name):
+        _index(self).replace_output(old_output_name, new_output_name)
+
+    def input_name_to_nodes(self):
+        return _Readers(_index(self), self)
 
     def replace_input_of_nodes(self, old_input_name, new_input_name, node_names_set):
         orig_replace_input_of_nodes(self, old_input_name, new_input_name, node_names_set)
-        _index(self).invalidate_nodes()  # new readers of new_input_name: re-read on the next call
+        _index(self).invalidate_nodes()  # rare (bias, converted types): re-read on next use
+
+    def replace_output_of_nodes(self, old_output_name, new_output_name, node_names_set):
+        orig_replace_output_of_nodes(self, old_output_name, new_output_name, node_names_set)
+        _index(self).invalidate_nodes()
 
     def replace_node_input(node, old_input_name, new_input_name):
         orig_replace_node_input.__func__(node, old_input_name, new_input_name)
-        for model in list(live):  # the node belongs to one of them; cheap: a handful of models
+        for model in list(live):  # which model the node is in is unknown: a handful at most
+            _index(model).invalidate_nodes()
+
+    def replace_node_output(node, old_output_name, new_output_name):
+        orig_replace_node_output.__func__(node, old_output_name, new_output_name)
+        for model in list(live):
             _index(model).invalidate_nodes()
 
     def remove_node(self, node):
@@ -215,36 +281,99 @@ def _patched_methods():
         _index(self).invalidate_nodes()
 
     def get_initializer(self, name):
-        live.add(self)
         return _index(self).initializer(name)
 
     def add_initializer(self, tensor):
-        live.add(self)
         if _index(self).initializer(tensor.name) is None:
             self._check_init(tensor)
             self.model.graph.initializer.extend([tensor])
 
+    def initializer_extend(self, inits):
+        if len(inits) == 0:
+            raise ValueError("Can add an empty list.")
+        idx = _index(self)
+        idx.sync_inits()
+        # onnxruntime re-checks every existing initializer; _check_init only inspects float8 ones
+        for init in list(idx.float8):
+            self._check_init(init, "gain")
+        for init in inits:
+            self._check_init(init)
+            self.model.graph.initializer.append(init)
+
     def remove_initializer(self, tensor):
-        orig_remove_initializer(self, tensor)
-        _index(self).invalidate_inits()
+        idx = _index(self)
+        idx.sync_inits()
+        if idx.initializer(tensor.name) is None:
+            return  # not in the list (onnxruntime's `tensor in initializer` test)
+        inits = self.model.graph.initializer
+        try:
+            inits.remove(tensor)
+        except ValueError:  # no equal initializer: onnxruntime's `in` test would have said so
+            return
+        idx.removed_initializer(tensor)
+        for graph_input in self.model.graph.input:
+            if graph_input.name == tensor.name:
+                self.model.graph.input.remove(graph_input)
+                break
 
     def clean_initializers(self):
         try:
             return orig_clean(self)
         finally:
             _index(self).invalidate_inits()
+            _index(self).invalidate_nodes()
 
     return ONNXModel, {
         "__init__": __init__,
         "replace_input_of_all_nodes": replace_input_of_all_nodes,
+        "replace_output_of_all_nodes": replace_output_of_all_nodes,
+        "input_name_to_nodes": input_name_to_nodes,
         "replace_input_of_nodes": replace_input_of_nodes,
+        "replace_output_of_nodes": replace_output_of_nodes,
         "replace_node_input": staticmethod(replace_node_input),
+        "replace_node_output": staticmethod(replace_node_output),
         "remove_node": remove_node,
         "get_initializer": get_initializer,
         "add_initializer": add_initializer,
+        "initializer_extend": initializer_extend,
         "remove_initializer": remove_initializer,
         "clean_initializers": clean_initializers,
     }, live
+
+
+class _Readers(Mapping):
+    """What ``ONNXModel.input_name_to_nodes()`` returns (tensor -> reading nodes, one entry per
+    input slot, in graph order), answered from the index: lookups cost the readers of one tensor.
+    Iterating it (rare) builds onnxruntime's dict."""
+
+    def __init__(self, index: _Index, onnx_model):
+        self._index = index
+        self._model = onnx_model
+        self._full: dict | None = None
+
+    def __getitem__(self, name):
+        found = self._index.readers_of(name) if name else None
+        if found is None:
+            raise KeyError(name)
+        return found
+
+    def __contains__(self, name):
+        return bool(name) and self._index.readers_of(name) is not None
+
+    def _dict(self) -> dict:
+        if self._full is None:
+            self._full = {}
+            for node in self._model.model.graph.node:
+                for name in node.input:
+                    if name:
+                        self._full.setdefault(name, []).append(node)
+        return self._full
+
+    def __iter__(self):
+        return iter(self._dict())
+
+    def __len__(self):
+        return len(self._dict())
 
 
 def _find_by_name_factory(original, live):
