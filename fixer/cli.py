@@ -43,6 +43,7 @@ class Format(str, Enum):
 
 class FailOn(str, Enum):
     sw = "sw"
+    error = "error"
     never = "never"
 
 
@@ -94,7 +95,7 @@ STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilit
 def audit_cmd(
     paths: List[Path] = typer.Argument(..., help="Model files or folders (searched recursively)."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
-    fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw)."),
+    fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw), or when a model has a finding that makes stedgeai fail (error)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report to this file instead of stdout."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
@@ -137,6 +138,9 @@ def audit_cmd(
         raise typer.Exit(2)
     if fail_on == FailOn.sw and result.any_sw:
         raise typer.Exit(1)
+    if fail_on == FailOn.error and any(r.severity == "compile_error" for m in result.models if m.analysis
+                                       for r in m.analysis.findings):
+        raise typer.Exit(1)
 
 
 class OutFormat(str, Enum):
@@ -150,13 +154,14 @@ def fix_cmd(
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Output model path (default: MODEL.nafix.onnx beside the input)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these rules (ids or names; repeatable). Opt-in rules run only when selected."),
+    extend_select: Optional[List[str]] = typer.Option(None, "--extend-select", help="Add these rules to the default set (ids or names; repeatable), e.g. an opt-in rule."),
     ignore: Optional[List[str]] = typer.Option(None, "--ignore", help="Do not run these rules (repeatable)."),
     rules: Optional[List[Path]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
     input_type: str = typer.Option("int8", "--input-type", help="Type of a graph input made integer by NAF005: int8 or uint8 (camera frames)."),
     inputs: Optional[Path] = typer.Option(None, "--inputs", help="An .npz of inputs (arrays keyed by input name) for the equivalence gate."),
     keep_failed: bool = typer.Option(False, "--keep-failed", help="Write the model even when verification fails."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file that nafix did not write."),
-    fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when SW epochs remain (sw)."),
+    fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when the model left still has a finding that makes stedgeai fail (error, the default), also when SW epochs remain (sw), or never."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or the JSON report."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
@@ -189,6 +194,7 @@ def fix_cmd(
         opts = FixOptions(
             analysis=_analysis_options(target_profile, stedgeai_option, input_shape, None, profile),
             output=output, dry_run=dry_run, select=tuple(select or ()), ignore=tuple(ignore or ()),
+            extend_select=tuple(extend_select or ()),
             rules_dirs=tuple(str(r) for r in rules or ()), input_type=input_type,
             inputs_npz=str(inputs) if inputs else None, keep_failed=keep_failed, force=force, seed=seed,
             compile=copts, quantize=quantize,
@@ -217,6 +223,12 @@ def fix_cmd(
         raise typer.Exit(1)
     if result.compiled is not None and not result.compiled.improved:
         err.print("[bold red]error:[/] the real HW-epoch ratio measured by stedgeai did not increase.", highlight=False)
+        raise typer.Exit(1)
+    errors = result.compile_errors if fail_on != FailOn.never else []
+    if errors:
+        which = "the written model" if result.written else "the model"
+        _error(f"{which} still has {len(errors)} finding(s) that make stedgeai fail: "
+               + "; ".join(f"{r.constraint} ({r.detail})" for r in errors) + " (--fail-on never exits 0 anyway)")
         raise typer.Exit(1)
     if fail_on == FailOn.sw and result.final.estimate.sw_epochs > 0:
         raise typer.Exit(1)
@@ -392,14 +404,17 @@ def rules_cmd(
                 from .rules import _suggest
 
                 raise UsageError(f"unknown rule '{rule_id}'{_suggest(rule_id, [r.id for r in loaded] + [r.name for r in loaded])}.")
-            text = rule_markdown(match).split("\n", 6)[-1]
+            text = rule_markdown(match).split("\n", 10)[-1]
             sys.stdout.write(text)
             return
     except NafixError as exc:
         _fail(exc)
     from rich.table import Table
 
-    t = Table(title="nafix rules", expand=False)
+    from .engine import GUARANTEE
+    from .rules import SELECTION_TEXT
+
+    t = Table(title="nafix rules", expand=False, caption=f"{SELECTION_TEXT} {GUARANTEE}".replace("`", ""))
     t.add_column("id")
     t.add_column("name")
     t.add_column("summary", overflow="fold")

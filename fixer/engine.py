@@ -7,6 +7,14 @@ rewriter rebuilds the node through an :class:`~fixer.graph.Editor`. A node, its 
 consumers are claimed by the first rule that rewrites there, so two rewrites never overlap within a
 round. After the round the graph is cleaned up and sorted once, exported, and shape-inferred; rounds
 repeat until no rule applies (or ``max_rounds``).
+
+The guard (on by default): the model a round produces is placed and estimated once; when it has
+more estimated SW epochs than before the round, or as many and more epochs, the round is not kept.
+The changes responsible are found by bisection over the round's changes (each trial re-runs the
+round restricted to a subset, so a round that does not get worse costs one estimate and the search
+only runs when one does), reported as near-misses with the reason, and the round is redone without
+them. Rules that fix a compile error or a board hang are exempt. A whole-model rewriter (uint8 ->
+int8) runs first in its round and alone.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from .graph import Editor, GraphView, node_label
+from .npu.estimate import EpochEstimate, estimate_epochs
 from .npu.placement import place
 from .npu.profile import TargetProfile
 from .predicates import PREDICATES
@@ -103,6 +112,54 @@ def reinfer(model: onnx.ModelProto) -> onnx.ModelProto:
     return refresh_shapes(model)
 
 
+#: The promise the guard keeps, stated in the README, `nafix rules` and docs/RULES.md.
+GUARANTEE = ("nafix never makes the estimate worse: a rewrite (or a round of rewrites) that would raise the "
+             "estimated SW epochs is not kept, nor one that keeps them and raises the estimated epochs; it is "
+             "reported as a near-miss with the reason. Epochs may go up only where SW epochs go down (a SW "
+             "Conv split into HW chunks). Rules that fix a compile error or a board hang are exempt.")
+
+#: Near-miss reason of a rewrite the guard dropped on a float model (no Q/DQ at all): there every op
+#: runs in SW, so any node a rewrite adds is one more SW epoch until the model is quantized.
+FLOAT_GUARD_REASON = "on a float model this rewrite only pays off after quantization: run with --quantize"
+
+
+@dataclass
+class _Attempt:
+    """One engine round applied to a copy of the current model (kept or dropped as a whole)."""
+
+    view: GraphView
+    changes: list[Change] = field(default_factory=list)
+    near: list[tuple[Rule, gs.Node, str]] = field(default_factory=list)
+    io_changes: list[IoChange] = field(default_factory=list)
+    provenance: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> list[tuple[str, str]]:
+        return [(c.rule, c.node) for c in self.changes]
+
+
+def is_float_model(model: onnx.ModelProto) -> bool:
+    """No QuantizeLinear/DequantizeLinear or QLinear op anywhere: every op runs in SW on the NPU."""
+    return not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") or n.op_type.startswith("QLinear")
+                   for n in model.graph.node)
+
+
+def guard_exempt(rule: Rule) -> bool:
+    """A rule that fixes a board hang or a compile error trades epochs for a model that runs at all
+    (NAF008 adds a subsampling op to avoid the stride-2 depthwise hang): the guard does not hold it
+    back."""
+    from .npu.constraints import HAZARDS, REGISTRY
+
+    return any(f in HAZARDS or (f in REGISTRY and REGISTRY[f].severity == "compile_error") for f in rule.fixes)
+
+
+def _worse(new: EpochEstimate, old: EpochEstimate) -> bool:
+    """More estimated SW epochs, or as many and more epochs. Fewer SW epochs for more epochs in total
+    is progress (one SW Conv of 257 channels becomes two HW chunks: a HW epoch costs a fraction of
+    a SW epoch on the Cortex-M55)."""
+    return new.sw_epochs > old.sw_epochs or (new.sw_epochs == old.sw_epochs and new.epochs > old.epochs)
+
+
 def run_engine(
     model: onnx.ModelProto,
     rules: Sequence[Rule],
@@ -111,65 +168,63 @@ def run_engine(
     options: Mapping[str, Any] | None = None,
     max_rounds: int = 8,
     on_round: Callable[[int, int], None] | None = None,
+    guard: bool = True,
 ) -> EngineResult:
-    """Apply ``rules`` to ``model`` until nothing changes; never mutates ``model``."""
+    """Apply ``rules`` to ``model`` until nothing changes; never mutates ``model``.
+
+    With ``guard`` (the default) no round is kept that raises the estimated SW epochs or epochs of the
+    model: when a round would, the changes responsible are found by bisection (rounds that do not
+    get worse cost one estimate), reported as near-misses with the reason, and the round is redone
+    without them. ``guard=False`` is for rewrites that prepare a float model for quantization."""
     current = onnx.ModelProto()
     current.CopyFrom(model)
     result = EngineResult(model=current)
     seen_near: set[tuple[str, str]] = set()
     options = dict(options or {})
-    for rnd in range(1, max_rounds + 1):
-        view = GraphView(current)
-        placement = place(view, profile)
-        claimed: set[str] = set()
-        changed = 0
-        for rule in rules:
-            rw = REWRITERS[rule.rewriter]
-            for node in list(view.nodes):
-                if node.op not in rule.ops or node.name in claimed or not node.outputs:
-                    continue
-                match = Match(rule.id, node, view, placement, profile, rule.params, options)
-                verdicts = []
-                for cond in rule.when:
-                    v = PREDICATES[cond.predicate].func(node, match, **cond.params)
-                    verdicts.append(v)
-                    if not v.ok:
-                        break
-                if verdicts and not verdicts[0].ok:
-                    continue
-                if not all(v.ok for v in verdicts):
-                    _near(result, seen_near, rule, node, verdicts[-1].detail)
-                    continue
-                boundary = tuple(c.outputs[0].name for t in node.outputs for c in t.outputs
-                                 if c.op == "QuantizeLinear" and c.outputs)
-                region_in = []
-                for t in node.inputs:
-                    if not t.name or view.is_const_like(t):
-                        continue
-                    p = view.producer(t)
-                    region_in.append(p.inputs[0].name if p is not None and p.op == "DequantizeLinear" else t.name)
-                ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=result.provenance,
-                            taken=view.names_taken)  # one name set per round, not per change
-                neighbourhood = _neighbourhood(node)  # before the rewriter disconnects the anchor
-                try:
-                    res: RewriteResult = rw.func(match, ed)
-                except NearMiss as exc:
-                    _near(result, seen_near, rule, node, str(exc))
-                    continue
-                claimed |= neighbourhood | {n.name for n in ed.created}
-                result.changes.append(Change(rule.id, node.name, node.op, res.detail,
-                                             tuple(n.name for n in ed.created),
-                                             boundary if res.boundary else (), res.contract,
-                                             tuple(region_in)))
-                result.io_changes.extend(res.io_changes)
-                changed += 1
+    float_model = is_float_model(current)
+    banned: set[tuple[str, str]] = set()
+    exempt = {r.id for r in rules if guard_exempt(r)}
+    view = GraphView(current)
+    placement = place(view, profile)
+    est = estimate_epochs(view, placement, profile) if guard else None
+    rnd = 0
+    while rnd < max_rounds:
+        rnd += 1
+        att = _round(view, placement, rules, profile, options, banned=banned)
+        if att.changes and guard:
+            cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True)
+            while _worse(cest, est) and (judged := [k for k in att.keys if k[0] not in exempt]):
+                bad = _find_bad(judged, current, rules, profile, options, banned, est)
+                for key in bad:
+                    banned.add(key)
+                    ch = next(c for c in att.changes if (c.rule, c.node) == key)
+                    if float_model:
+                        reason = FLOAT_GUARD_REASON
+                    else:
+                        _, t_est = _trial(current, rules, profile, options, banned - {key}, {key})
+                        reason = (f"not kept: it would take the estimated SW epochs from {est.sw_epochs} to "
+                                  f"{t_est.sw_epochs} and the estimated epochs from {est.epochs} to {t_est.epochs} "
+                                  f"(nafix never makes the estimate worse)")
+                    _near_named(result, seen_near, ch.rule, ch.node, ch.op_type, reason)
+                view = GraphView(current)
+                placement = place(view, profile)
+                att = _round(view, placement, rules, profile, options, banned=banned)
+                if not att.changes:
+                    break
+                cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True)
+        elif att.changes:
+            cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=False)
+        for rule, node, reason in att.near:
+            _near(result, seen_near, rule, node, reason)
         result.rounds = rnd
         if on_round:
-            on_round(rnd, changed)
-        if not changed:
+            on_round(rnd, len(att.changes))
+        if not att.changes:
             break
-        view.graph.cleanup(remove_unused_graph_inputs=False).toposort()
-        current = reinfer(export_like(view.graph, current))
+        result.changes.extend(att.changes)
+        result.io_changes.extend(att.io_changes)
+        result.provenance.update(att.provenance)
+        current, view, placement, est = cand, cview, cplace, cest
         result.model = current
     result.model = stamp_provenance(result.model, result.provenance)
     # one interface change per edge: a later rewrite of the same edge (NAF012 after NAF004) wins
@@ -179,6 +234,120 @@ def run_engine(
         last[(ch.kind, ch.name)] = ch
     result.io_changes = list(last.values())
     return result
+
+
+def _commit_candidate(att: _Attempt, current: onnx.ModelProto, profile: TargetProfile, *, guard: bool):
+    """The model an attempt produced: cleaned up, sorted, exported, shape-inferred, placed (and
+    estimated with ``guard``); the placement serves the next round."""
+    att.view.graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    cand = reinfer(export_like(att.view.graph, current))
+    cview = GraphView(cand)
+    cplace = place(cview, profile)
+    cest = estimate_epochs(cview, cplace, profile) if guard else None
+    return cand, cview, cplace, cest
+
+
+def _trial(current, rules, profile, options, banned, only) -> tuple[_Attempt, EpochEstimate]:
+    """The round restricted to the changes ``only``, and the estimate of its result."""
+    view = GraphView(current)
+    att = _round(view, place(view, profile), rules, profile, options, banned=banned, only=only)
+    _, _, _, est = _commit_candidate(att, current, profile, guard=True)
+    return att, est
+
+
+def _find_bad(keys, current, rules, profile, options, banned, est) -> list[tuple[str, str]]:
+    """The changes of a round that made the estimate worse, by bisection: a half that is not worse on
+    its own is kept, a worse half is split again. When neither half is worse on its own (the halves
+    only get worse together), the whole group is dropped."""
+    if len(keys) == 1:
+        return list(keys)
+    mid = len(keys) // 2
+    out: list[tuple[str, str]] = []
+    worse_halves = 0
+    for half in (keys[:mid], keys[mid:]):
+        _, t_est = _trial(current, rules, profile, options, banned, set(half))
+        if _worse(t_est, est):
+            worse_halves += 1
+            out += _find_bad(half, current, rules, profile, options, banned, est)
+    return out if worse_halves else list(keys)
+
+
+def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetProfile, options: Mapping[str, Any],
+           *, banned: set[tuple[str, str]], only: set[tuple[str, str]] | None = None) -> _Attempt:
+    """One pass of every rule over ``view`` (whose graph it edits in place)."""
+    att = _Attempt(view)
+    claimed: set[str] = set()
+    # a whole-model rewriter (uint8 -> int8) runs first and, when it applies, alone in its round
+    ordered = sorted(rules, key=lambda r: not REWRITERS[r.rewriter].whole_model)
+    for rule in ordered:
+        rw = REWRITERS[rule.rewriter]
+        if rw.whole_model and att.changes:
+            break
+        for node in list(view.nodes):
+            if node.op not in rule.ops or node.name in claimed or not node.outputs:
+                continue
+            key = (rule.id, node.name)
+            if key in banned or (only is not None and key not in only):
+                continue
+            match = Match(rule.id, node, view, placement, profile, rule.params, options)
+            verdicts = []
+            for cond in rule.when:
+                v = PREDICATES[cond.predicate].func(node, match, **cond.params)
+                verdicts.append(v)
+                if not v.ok:
+                    break
+            if verdicts and not verdicts[0].ok:
+                continue
+            if not all(v.ok for v in verdicts):
+                att.near.append((rule, node, verdicts[-1].detail))
+                continue
+            boundary = _boundary(view, node)
+            region_in = []
+            for t in node.inputs:
+                if not t.name or view.is_const_like(t):
+                    continue
+                p = view.producer(t)
+                region_in.append(p.inputs[0].name if p is not None and p.op == "DequantizeLinear" else t.name)
+            ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=att.provenance,
+                        taken=view.names_taken)  # one name set per view, not one graph walk per change
+            neighbourhood = _neighbourhood(node)  # before the rewriter disconnects the anchor
+            label, op = node.name, node.op
+            try:
+                res: RewriteResult = rw.func(match, ed)
+            except NearMiss as exc:
+                att.near.append((rule, node, str(exc)))
+                if rw.whole_model:
+                    break  # the same whole-model rewrite from another anchor would fail the same way
+                continue
+            claimed |= neighbourhood | {n.name for n in ed.created}
+            att.changes.append(Change(rule.id, label, op, res.detail, tuple(n.name for n in ed.created),
+                                      boundary if res.boundary else (), res.contract, tuple(region_in)))
+            att.io_changes.extend(res.io_changes)
+            if rw.whole_model:
+                return att
+    return att
+
+
+def _boundary(view: GraphView, node: gs.Node) -> tuple[str, ...]:
+    """The int8 tensors right after ``node``: its QuantizeLinear outputs, looking through one
+    activation that alone reads its output (Conv -> Relu -> QuantizeLinear)."""
+    from .npu.placement import ACTIVATIONS
+
+    out: list[str] = []
+    for t in node.outputs:
+        cons = list(t.outputs)
+        if len(cons) == 1 and cons[0].op in ACTIVATIONS and cons[0].outputs and not view.is_graph_output(t):
+            cons = list(cons[0].outputs[0].outputs)
+        out += [c.outputs[0].name for c in cons if c.op == "QuantizeLinear" and c.outputs]
+    return tuple(out)
+
+
+def _near_named(result: EngineResult, seen: set, rule_id: str, node: str, op: str, reason: str) -> None:
+    key = (rule_id, node)
+    if key in seen:
+        return
+    seen.add(key)
+    result.near_misses.append(NearMissReport(rule_id, node, op, reason))
 
 
 def _near(result: EngineResult, seen: set, rule: Rule, node: gs.Node, reason: str) -> None:

@@ -368,6 +368,7 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
         "memory": {"before": before.memory.as_dict(), "after": after.memory.as_dict()},
         "rules_run": result.rules_run,
         "warnings": result.warnings,
+        "advice": list(getattr(result, "advice", ())),
         **({"stedgeai": result.compiled.as_dict()} if getattr(result, "compiled", None) is not None else {}),
         **({"quantization": result.quantization} if getattr(result, "quantization", None) is not None else {}),
     }
@@ -422,6 +423,8 @@ def fix_renderables(result, *, verbose: bool = False):
     t.add_row("before", str(b.epochs), str(b.sw_epochs), f"{b.hw_ratio:.1%}")
     t.add_row("after", str(a.epochs), str(a.sw_epochs), f"{a.hw_ratio:.1%}")
     out.append(t)
+    for line in getattr(result, "advice", ()):
+        out.append(Text(f"advice: {line}", style="bold yellow"))
     q = getattr(result, "quantization", None)
     if q is not None:
         out.extend(quantization_renderables(q, result))

@@ -87,6 +87,7 @@ class FixResult:
     compiled: "CompileComparison | None" = None
     quantization: dict | None = None  # what --quantize did and the accuracy it cost
     pre_engine: "EngineResult | None" = None  # rewrites applied before quantization (float models)
+    advice: list[str] = field(default_factory=list)  # said once, before the details (float model: --quantize)
 
     @property
     def changed(self) -> bool:
@@ -99,6 +100,11 @@ class FixResult:
     @property
     def final(self) -> ModelAnalysis:
         return self.after or self.before
+
+    @property
+    def compile_errors(self) -> list:
+        """Findings of the model nafix leaves (the written one, else the input) that make stedgeai fail."""
+        return [r for r in self.final.findings if r.severity == "compile_error"]
 
 
 @dataclass

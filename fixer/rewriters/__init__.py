@@ -24,7 +24,7 @@ from ..graph import Editor, GraphView
 from ..npu.placement import Placement
 from ..npu.profile import TargetProfile
 
-FAMILIES = ("channels", "resize", "qdq", "ops", "requant", "recurrent")
+FAMILIES = ("channels", "resize", "qdq", "ops", "requant", "recurrent", "uint8", "dilation")
 
 
 class NearMiss(Exception):
@@ -75,21 +75,25 @@ class RegisteredRewriter:
     func: Rewriter
     doc: str
     params: Mapping[str, Any]  # parameter name -> default
+    # rewrites the whole model at once (uint8 -> int8): the engine runs it first in a round, alone
+    whole_model: bool = False
 
 
 REWRITERS: dict[str, RegisteredRewriter] = {}
 
 
-def rewriter(name: str, **defaults: Any):
+def rewriter(name: str, *, whole_model: bool = False, **defaults: Any):
     """Register a rewriter under ``name``; keyword arguments declare its parameters and defaults
-    (a rule may set only these)."""
+    (a rule may set only these). A ``whole_model`` rewriter rebuilds the whole graph (the engine
+    runs it alone, at the start of a round)."""
 
     def deco(fn: Rewriter) -> Rewriter:
         if not fn.__doc__:
             raise TypeError(f"rewriter {name} needs a docstring: it is shown to users")
         if name in REWRITERS and REWRITERS[name].func is not fn:
             raise TypeError(f"rewriter {name} is registered twice")
-        REWRITERS[name] = RegisteredRewriter(name, fn, " ".join(inspect.cleandoc(fn.__doc__).split()), dict(defaults))
+        REWRITERS[name] = RegisteredRewriter(name, fn, " ".join(inspect.cleandoc(fn.__doc__).split()), dict(defaults),
+                                             whole_model)
         return fn
 
     return deco

@@ -290,7 +290,10 @@ def split_output_channels(match: Match, ed: Editor) -> RewriteResult:
     depthwise Conv are split on group boundaries, slicing the input as well. With `strategy: pad` it
     instead adds zero filters up to the smallest channel count that splits evenly and slices the
     surplus off after the op. In a QDQ model every chunk is quantized with the original output's scale
-    and zero-point before the Concat, so the result is bit-exact."""
+    and zero-point before the Concat, so the result is bit-exact. When the op's output is read only by
+    an activation (Relu, Clip, LeakyRelu, Sigmoid, Tanh, HardSigmoid, HardSwish) whose output is
+    quantized (Conv -> Relu -> QuantizeLinear), each chunk carries its own copy of the activation
+    before its QuantizeLinear, so every chunk stays int8 end to end."""
     node, view = match.node, match.view
     spec = _OutSpec(match)
     chunk_max = _chunk_max(match)
@@ -302,6 +305,11 @@ def split_output_channels(match: Match, ed: Editor) -> RewriteResult:
         raise NearMiss(f"{_q(node)} has {C} output channels, which already split evenly into chunks of at most {chunk_max}.")
     out = node.outputs[0]
     oq = _output_qparams(view, out)
+    act = _fused_activation(view, out) if oq is None else None
+    if act is not None:
+        oq = _output_qparams(view, act.outputs[0])
+        if oq is None:
+            act = None
     inputs = list(node.inputs)
     base = node.name
 
@@ -317,12 +325,17 @@ def split_output_channels(match: Match, ed: Editor) -> RewriteResult:
         ed.remove(node)
         y = ed.node(node.op, new_in, attrs=dict(node.attrs), dtype=out.dtype or np.float32,
                     shape=_shape_with(out, spec.out_axis, Cp)).outputs[0]
+        final = out
+        if act is not None:
+            y = _activation(ed, act, y)
+            final = act.outputs[0]
+            ed.remove(act)
         if oq is not None:
             y = _qdq(ed, y, oq)
         starts = ed.const(np.array([0], np.int64), "starts")
         ends = ed.const(np.array([C], np.int64), "ends")
         axes = ed.const(np.array([spec.out_axis], np.int64), "axes")
-        ed.node("Slice", [y, starts, ends, axes], outputs=[out])
+        ed.node("Slice", [y, starts, ends, axes], outputs=[final])
         q = "; the padded output is quantized with the original output parameters before the Slice" if oq is not None else ""
         k = _parts(Cp, chunk_max)
         return RewriteResult(detail=f"padded {_q(node)} from {C} to {Cp} output channels with zero filters "
@@ -350,12 +363,45 @@ def split_output_channels(match: Match, ed: Editor) -> RewriteResult:
             attrs["group"] = ub - ua
         y = ed.node(node.op, new_in, attrs=attrs, dtype=out.dtype or np.float32,
                     shape=_shape_with(out, spec.out_axis, b - a)).outputs[0]
+        if act is not None:
+            y = _activation(ed, act, y)
         parts.append(_qdq(ed, y, oq) if oq is not None else y)
-    ed.node("Concat", parts, outputs=[out], attrs={"axis": spec.out_axis})
+    final = out
+    if act is not None:
+        final = act.outputs[0]
+        ed.remove(act)
+    ed.node("Concat", parts, outputs=[final], attrs={"axis": spec.out_axis})
     how = "groups" if spec.group > 1 else "channels"
     q = "; each chunk is quantized with the original output parameters before the Concat" if oq is not None else ""
+    if act is not None:
+        q = (f"; each chunk carries its own {act.op} '{act.name}' and is quantized with the original "
+             f"output parameters before the Concat")
     return RewriteResult(detail=f"split {_q(node)} {C} output {how if how == 'channels' else 'channels (on group boundaries)'} "
                                 f"into {_plus(sizes)} joined by a Concat on axis {spec.out_axis}{q}")
+
+
+#: Per-element activations a chunk can carry (the compiler fuses them into the Conv's epoch).
+CARRIED_ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
+
+
+def _fused_activation(view: GraphView, out: gs.Tensor) -> gs.Node | None:
+    """The activation that alone reads ``out`` (Conv -> Relu -> QuantizeLinear), when it acts on each
+    element on its own with constant parameters, so each chunk can carry a copy of it."""
+    cons = list(out.outputs)
+    if len(cons) != 1 or view.is_graph_output(out):
+        return None
+    a = cons[0]
+    if a.op not in CARRIED_ACTIVATIONS or len(a.outputs) != 1 or a.inputs[0] is not out:
+        return None
+    if any(t.name and not view.is_const(t) for t in a.inputs[1:]):
+        return None
+    return a
+
+
+def _activation(ed: Editor, act: gs.Node, y: gs.Tensor) -> gs.Tensor:
+    """A copy of ``act`` on chunk ``y`` (same attributes and constant parameters)."""
+    return ed.node(act.op, [y] + list(act.inputs[1:]), attrs=dict(act.attrs), dtype=y.dtype,
+                   shape=y.shape).outputs[0]
 
 
 def _parts(channels: int, chunk_max: int) -> int:

@@ -1,0 +1,223 @@
+"""Issue 11: ``nafix model.onnx`` never makes the estimate worse (engine guard), completes the rewrites
+that would (NAF001 on Conv -> Relu -> QuantizeLinear), and tells a float model's user to quantize."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+
+from fixer.api import FixOptions, analyze_model, boundary_checks, change_contracts, fix
+from fixer.cli import main
+from fixer.engine import FLOAT_GUARD_REASON, is_float_model, run_engine
+from fixer.npu.profile import load_profile
+from fixer.rules import load_rules
+from fixer.verify import verify
+from tests.builders import guard as builders
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_models"
+PROFILE = load_profile()
+RULES = {r.id: r for r in load_rules()}
+
+
+def _run_cli(args, capsys):
+    capsys.readouterr()
+    code = 0
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_naf001_conv_relu_q_chunks_carry_the_relu_bit_exact_and_hw_ratio_rises():
+    model = builders.conv_chain(keep_relu=True)
+    assert [n.op_type for n in model.graph.node if n.name == "conv1_relu"] == ["Relu"]
+    before = analyze_model(model, profile=PROFILE).estimate
+    assert round(before.hw_ratio, 3) == 0.571  # the issue's 3-layer QDQ model
+    res = run_engine(model, [RULES["NAF001"]], profile=PROFILE)
+    (ch,) = res.changes
+    assert ch.node == "conv1" and "136 + 121" in ch.detail and "carries its own Relu" in ch.detail
+    relus = [n for n in res.model.graph.node if n.op_type == "Relu" and "__nafix_" in n.name]
+    assert len(relus) == 2  # one per chunk, each before its QuantizeLinear
+    after = analyze_model(res.model, profile=PROFILE)
+    assert after.estimate.hw_ratio > before.hw_ratio
+    assert after.estimate.sw_epochs < before.sw_epochs
+    assert all(p.unit != "SW" for p in after.placement.nodes if p.op_type in ("Conv", "Relu"))
+    checks = boundary_checks(res, change_contracts(res, RULES))
+    assert [b.tensor for b in checks] == ["relu1_QuantizeLinear_Output"]
+    v = verify(model, res.model, contract=RULES["NAF001"].verify, rules=["NAF001"], samples=6, boundaries=checks)
+    assert v.ok and all(o.max_abs_error == 0 for o in v.outputs)
+    assert v.boundaries and all(b.max_abs_error == 0 for b in v.boundaries)
+
+
+def test_guard_drops_a_qdq_rewrite_that_would_add_sw_epochs_with_the_reason():
+    # the Relu output is also read in float: chunks cannot be quantized before the Concat, so the
+    # split would leave them SW; the guard keeps the original and says why
+    model = builders.conv_chain(keep_relu=True, float_reader=True)
+    before = analyze_model(model, profile=PROFILE).estimate
+    res = run_engine(model, [RULES["NAF001"]], profile=PROFILE)
+    assert not res.changes
+    (near,) = [n for n in res.near_misses if n.rule == "NAF001"]
+    assert near.node == "conv1" and near.reason.startswith("not kept: it would take the estimated SW epochs from "
+                                                          f"{before.sw_epochs} to ")
+    unguarded = run_engine(model, [RULES["NAF001"]], profile=PROFILE, guard=False)
+    worse = analyze_model(unguarded.model, profile=PROFILE).estimate
+    assert worse.sw_epochs > before.sw_epochs  # what the guard prevented
+
+
+def test_guard_keeps_the_good_changes_of_a_round_and_drops_the_bad_one():
+    # two rules in one round on the same QDQ model: the int8 graph edges (good) are kept, the float
+    # split (bad) is dropped by bisection
+    model = builders.conv_chain(keep_relu=True, float_reader=True)
+    before = analyze_model(model, profile=PROFILE).estimate
+    res = run_engine(model, [RULES["NAF001"], RULES["NAF005"]], profile=PROFILE)
+    assert {c.rule for c in res.changes} == {"NAF005"}
+    assert [n.node for n in res.near_misses if n.rule == "NAF001"] == ["conv1"]
+    after = analyze_model(res.model, profile=PROFILE).estimate
+    assert after.sw_epochs < before.sw_epochs and after.epochs <= before.epochs
+
+
+def test_float_movenet_like_never_worse_near_misses_and_one_line_advice(tmp_path, capsys):
+    src = tmp_path / "m.onnx"
+    shutil.copy(SAMPLES / "movenet_like_float.onnx", src)
+    assert is_float_model(onnx.load(str(src)))
+    code, out, err = _run_cli([src, "--fail-on", "never", "--format", "table"], capsys)
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert text.count("--quantize") >= 1
+    assert text.count("advice:") == 1 and "every op of a float model runs in SW on the NPU" in text
+    assert "on a float model this rewrite only pays off after quantization: run with --quantize" in text
+    r = fix(src, FixOptions(dry_run=True))
+    assert r.final.estimate.sw_epochs <= r.before.estimate.sw_epochs
+    assert r.final.estimate.epochs <= r.before.estimate.epochs
+    near = [n for n in r.engine.near_misses if n.rule == "NAF003"]
+    assert len(near) == 3 and {n.reason for n in near} == {FLOAT_GUARD_REASON}
+    if r.engine.changes:  # whatever is kept is verified within 1e-5 (sigmoid heatmaps, range 1)
+        assert r.verified and all(o.max_abs_error <= 1e-5 for o in r.verification.outputs)
+
+
+def test_quantize_still_applies_the_float_rewrites_before_quantizing():
+    # the guard is off for the rewrites that prepare a float model for quantization
+    model = onnx.load(str(SAMPLES / "movenet_like_float.onnx"))
+    res = run_engine(model, [RULES["NAF003"]], profile=PROFILE, guard=False)
+    assert sum(c.rule == "NAF003" for c in res.changes) == 3
+
+
+@pytest.mark.parametrize("rid", ["NAF008"])
+def test_hazard_rules_are_not_held_back_by_the_guard(rid):
+    from fixer.engine import guard_exempt
+
+    assert guard_exempt(RULES[rid])
+    assert not guard_exempt(RULES["NAF001"]) and not guard_exempt(RULES["NAF003"])
+
+
+def test_extend_select_adds_an_opt_in_rule_to_the_defaults():
+    from fixer.rules import select_rules
+
+    rules = load_rules()
+    default = {r.id for r in select_rules(rules)}
+    extended = {r.id for r in select_rules(rules, extend=("NAF002",))}
+    only = {r.id for r in select_rules(rules, select=("NAF002",))}
+    assert "NAF002" not in default and extended == default | {"NAF002"} and only == {"NAF002"}
+    assert {r.id for r in select_rules(rules, extend=("split-input-channels",), ignore=("NAF001",))} == (
+        default | {"NAF002"}) - {"NAF001"}
+
+
+def test_extend_select_on_the_command_line_keeps_the_output_split(tmp_path, capsys):
+    src = tmp_path / "d.onnx"
+    shutil.copy(SAMPLES / "denoiser_257.onnx", src)
+    code, out, err = _run_cli([src, "--extend-select", "NAF002", "--dry-run", "--format", "json"], capsys)
+    import json
+
+    data = json.loads(out)
+    assert code == 0, err
+    assert "NAF002" in data["rules_run"] and "NAF001" in data["rules_run"]
+    assert any(c["rule"] == "NAF001" for c in data["changes"])
+
+
+def _uint8_qdq(model: onnx.ModelProto) -> list[str]:
+    inits = {t.name: t for t in model.graph.initializer}
+    bad = []
+    for n in model.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and len(n.input) > 2 and n.input[2] in inits:
+            if inits[n.input[2]].data_type == onnx.TensorProto.UINT8:
+                bad.append(n.name)
+    return bad
+
+
+def _edge_types(model: onnx.ModelProto) -> set[int]:
+    return {v.type.tensor_type.elem_type for v in list(model.graph.input) + list(model.graph.output)}
+
+
+@pytest.mark.parametrize("source", ["sample", "uint8_edges"])
+def test_uint8_model_default_fix_is_int8_everywhere_and_bit_exact(tmp_path, source):
+    src = tmp_path / "u8.onnx"
+    if source == "sample":
+        shutil.copy(SAMPLES / "uint8_default_quant.onnx", src)
+    else:
+        onnx.save(builders.uint8_edges(maxpool=True), str(src))
+    original = onnx.load(str(src))
+    assert _uint8_qdq(original)
+    r = fix(src, FixOptions())
+    assert "NAF014" in r.engine.rules_applied and r.written and r.verified
+    assert r.verification.contract.contract == "exact"
+    assert all(o.max_abs_error == 0 for o in r.verification.outputs)
+    out = onnx.load(str(r.output))
+    assert _uint8_qdq(out) == []
+    assert _edge_types(out) == {onnx.TensorProto.INT8}
+    assert not r.compile_errors
+    assert r.final.estimate.sw_epochs <= r.before.estimate.sw_epochs
+
+
+def test_a_compile_error_left_in_the_written_model_exits_1_in_one_line(tmp_path, capsys):
+    src = tmp_path / "u8.onnx"
+    shutil.copy(SAMPLES / "uint8_default_quant.onnx", src)
+    code, out, err = _run_cli([src, "--ignore", "NAF014", "-o", tmp_path / "a.onnx"], capsys)
+    lines = [x for x in err.splitlines() if x.startswith("error:")]
+    assert code == 1 and len(lines) == 1, err
+    assert "make stedgeai fail" in lines[0] and "int8_activations" in lines[0]
+    code, out, err = _run_cli([src, "--ignore", "NAF014", "--fail-on", "never", "-o", tmp_path / "b.onnx"], capsys)
+    assert code == 0 and "error:" not in err
+    code, out, err = _run_cli([src, "-o", tmp_path / "c.onnx"], capsys)  # NAF014 fixes it: exit 0
+    assert code == 0, err
+
+
+def test_tcn_dilated_depthwise_1d_bit_exact():
+    model = builders.tcn(dilations=(2, 4), qdq=True)
+    before = analyze_model(model, profile=PROFILE).estimate
+    res = run_engine(model, [RULES["NAF015"]], profile=PROFILE)
+    assert sorted(c.node for c in res.changes) == ["dw0", "dw1"]
+    out = {n.name: n for n in res.model.graph.node if n.op_type == "Conv"}
+    assert all(list(a.ints) == [1] for n in out.values() for a in n.attribute if a.name == "dilations")
+    checks = boundary_checks(res, change_contracts(res, RULES))
+    v = verify(model, res.model, contract=RULES["NAF015"].verify, rules=["NAF015"], samples=16, boundaries=checks)
+    assert v.ok and all(o.max_abs_error == 0 for o in v.outputs + v.boundaries)
+    after = analyze_model(res.model, profile=PROFILE).estimate
+    assert after.sw_epochs <= before.sw_epochs and after.epochs <= before.epochs
+
+
+def test_audit_fail_on_error_flags_a_compile_error(capsys):
+    code, _, _ = _run_cli(["audit", SAMPLES / "uint8_default_quant.onnx", "--fail-on", "error"], capsys)
+    assert code == 1
+    code, _, _ = _run_cli(["audit", SAMPLES / "movenet_like.onnx", "--fail-on", "error"], capsys)
+    assert code == 0
+
+
+def test_naf001_pad_strategy_also_carries_the_relu_bit_exact():
+    from dataclasses import replace
+
+    model = builders.conv_chain(keep_relu=True)
+    rule = replace(RULES["NAF001"], params={**RULES["NAF001"].params, "strategy": "pad"})
+    before = analyze_model(model, profile=PROFILE).estimate
+    res = run_engine(model, [rule], profile=PROFILE)
+    (ch,) = res.changes
+    assert "padded 'conv1' from 257 to" in ch.detail
+    v = verify(model, res.model, contract=rule.verify, rules=["NAF001"], samples=6,
+               boundaries=boundary_checks(res, change_contracts(res, {"NAF001": rule})))
+    assert v.ok and all(o.max_abs_error == 0 for o in v.outputs + v.boundaries)
+    assert analyze_model(res.model, profile=PROFILE).estimate.sw_epochs <= before.sw_epochs
