@@ -7,6 +7,8 @@ compiler folds such as ``Shape`` of a static tensor), what are its shape and ele
 
 from __future__ import annotations
 
+import contextlib
+import gc
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable, Iterator
@@ -37,6 +39,24 @@ class TensorInfo:
         return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Pause Python's cyclic garbage collector while a block allocates a large object graph.
+
+    onnx-graphsurgeon builds several small objects per node and tensor (they reference each other);
+    every few hundred allocations the collector would walk the older generations, so a 30,000-node
+    import spent more time collecting than building, and more the larger the heap already was. The
+    collector runs again after the block (nothing is leaked: unreachable cycles are collected then).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def node_label(node: gs.Node) -> str:
     return node.name or f"{node.op} -> {node.outputs[0].name if node.outputs else '?'}"
 
@@ -46,8 +66,9 @@ class GraphView:
 
     def __init__(self, model: onnx.ModelProto):
         self.model = model
-        self.graph = gs.import_onnx(model)
-        self.graph.toposort()
+        with gc_paused():
+            self.graph = gs.import_onnx(model)
+            self.graph.toposort()
         self._names_unique()
         self.input_names = frozenset(t.name for t in self.graph.inputs)
         self.output_names = frozenset(t.name for t in self.graph.outputs)
