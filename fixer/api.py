@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
+from .graph import relaxed_gc
 from .model_io import LoadedModel, load_model
 from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
@@ -94,6 +95,7 @@ def collect_models(paths: Sequence[str | os.PathLike[str]], *, recursive: bool =
     return unique
 
 
+@relaxed_gc  # large graphs: fewer garbage-collector passes (fixer.graph.RELAXED_GC_THRESHOLDS)
 def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOptions(), *,
           progress: Callable[[int, int, Path], None] | None = None) -> AuditResult:
     """Audit every model under ``paths``; an unreadable model becomes an error row, not an abort."""
@@ -321,6 +323,7 @@ def _quant_kind(model) -> str:
     return "qdq"
 
 
+@relaxed_gc  # large graphs: fewer garbage-collector passes (fixer.graph.RELAXED_GC_THRESHOLDS)
 def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         on_round: Callable[[int, int], None] | None = None,
         on_compile_line: Callable[[str, str], None] | None = None,

@@ -8,6 +8,7 @@ compiler folds such as ``Shape`` of a static tensor), what are its shape and ele
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 from dataclasses import dataclass
 from functools import cached_property
@@ -55,6 +56,27 @@ def gc_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+#: Collector thresholds for a whole fix or audit (Python's default is 700, 10, 10): a young-generation
+#: collection every 100,000 net allocations instead of every 700. Large graphs allocate millions of
+#: small objects that all survive; each collection walks them again (a 31k-node fix: 53 s -> 35 s).
+RELAXED_GC_THRESHOLDS = (100_000, 50, 100)
+
+
+def relaxed_gc(func):
+    """Run ``func`` with :data:`RELAXED_GC_THRESHOLDS` (restored afterwards, also on error)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        saved = gc.get_threshold()
+        gc.set_threshold(*(max(a, b) for a, b in zip(RELAXED_GC_THRESHOLDS, saved)))
+        try:
+            return func(*args, **kwargs)
+        finally:
+            gc.set_threshold(*saved)
+
+    return wrapper
 
 
 def node_label(node: gs.Node) -> str:
