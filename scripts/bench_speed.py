@@ -44,7 +44,10 @@ def _child(code: str, *args: str) -> dict:
     wrapper = ("import json, resource, sys, time\nsys.path.insert(0, %r)\nt0 = time.perf_counter()\n%s\n"
                "ru = resource.getrusage(resource.RUSAGE_SELF)\n"
                "out = dict(globals().get('OUT', {}))\n"
-               "out.update(rss_mib=ru.ru_maxrss / 1024, cpu_s=ru.ru_utime + ru.ru_stime, "
+               # VmHWM: this process's peak (ru_maxrss keeps the parent's peak across fork + exec)
+               "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')]\n"
+               "rss = int(hwm[0].split()[1]) / 1024 if hwm else ru.ru_maxrss / 1024\n"
+               "out.update(rss_mib=rss, cpu_s=ru.ru_utime + ru.ru_stime, "
                "wall_s=time.perf_counter() - t0)\nprint(json.dumps(out))\n") % (str(ROOT), code)
     res = subprocess.run([sys.executable, "-c", wrapper, *args], capture_output=True, text=True, check=False)
     if res.returncode != 0:
