@@ -11,6 +11,7 @@ from typing import Callable, Mapping, Sequence
 from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
 from .graph import relaxed_gc
+from .importers import check_loaded
 from .model_io import LoadedModel, load_model
 from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
@@ -26,6 +27,8 @@ from .results import (  # noqa: F401  (re-exported: fixer.api is where callers f
 log = logging.getLogger(__name__)
 
 ONNX_SUFFIXES = (".onnx",)
+#: Model files audit collects from folders (a file named on the command line is read by content).
+MODEL_SUFFIXES = (".onnx", ".tflite")
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,7 @@ class AnalysisOptions:
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     mpool: str | None = None  # a .mpool file for the memory estimate
     neural_art_profile: str | None = None  # NAME@FILE.json
+    core: str | None = None  # stedgeai core version X.Y (default: the newest in the profile data)
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class AuditOptions:
 
 
 def resolve_profile(opts: AnalysisOptions) -> TargetProfile:
-    return load_profile(opts.target_profile, options=frozenset(opts.stedgeai_options))
+    return load_profile(opts.target_profile, options=frozenset(opts.stedgeai_options), core=opts.core)
 
 
 def resolve_pools(opts: AnalysisOptions):
@@ -68,20 +72,21 @@ def analyze_path(path: str | os.PathLike[str], opts: AnalysisOptions, *, profile
     profile = profile or resolve_profile(opts)
     max_opset = None
     loaded = load_model(path, input_shapes=opts.input_shapes, max_opset=max_opset)
+    check_loaded(loaded)
     return analyze_model(loaded, profile=profile, pools=pools)
 
 
 def collect_models(paths: Sequence[str | os.PathLike[str]], *, recursive: bool = True) -> list[Path]:
-    """Expand files and folders into the list of .onnx files to audit (sorted, de-duplicated)."""
+    """Expand files and folders into the list of .onnx and .tflite files to audit (sorted, de-duplicated)."""
     out: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
             pattern = "**/*" if recursive else "*"
-            found = sorted(q for q in p.glob(pattern) if q.is_file() and q.suffix.lower() in ONNX_SUFFIXES)
+            found = sorted(q for q in p.glob(pattern) if q.is_file() and q.suffix.lower() in MODEL_SUFFIXES)
             if not found:
                 # info, not warning: with no model at all audit() raises the one 'error:' line on its own
-                log.info("%s: no .onnx files found", p)
+                log.info("%s: no .onnx or .tflite files found", p)
             out.extend(found)
         else:
             out.append(p)
@@ -105,7 +110,7 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
     pools = resolve_pools(opts.analysis)
     files = collect_models(paths, recursive=opts.recursive)
     if not files:
-        raise InputError(f"no .onnx model found under {', '.join(str(p) for p in paths)}.")
+        raise InputError(f"no .onnx or .tflite model found under {', '.join(str(p) for p in paths)}.")
     rows: list[ModelAudit] = []
     for i, f in enumerate(files):
         if progress:
@@ -344,6 +349,10 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     src = Path(path)
     out, report_path, header_path = default_outputs(src, opts.output)
     loaded = load_model(src, input_shapes=opts.analysis.input_shapes)
+    import_check = check_loaded(loaded, seed=opts.seed)
+    if import_check is not None and not import_check.checked and not opts.dry_run:
+        raise InputError(f"{src}: writing a model fixed from a TFLite file needs the TFLite interpreter to check "
+                         "the import (pip install 'nafix[tflite]'); --dry-run analyses it without.")
     if not opts.dry_run:
         for p in (out, report_path, header_path):
             if p.exists() and src.exists() and p.resolve() == src.resolve():
@@ -417,6 +426,8 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
         advice=advice,
     )
+    if loaded.imported is not None and engine.changes:
+        result.source_check = _fixed_vs_source(loaded, engine, opts)
     if opts.compile is not None:
         result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
     if not opts.dry_run:
@@ -430,6 +441,13 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
             result.report_path = report_path
             atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n")
     return result
+
+
+def _fixed_vs_source(loaded: LoadedModel, engine, opts: FixOptions) -> list | None:
+    """The fixed model against the original's own runtime (the TFLite interpreter), same seeded inputs."""
+    from .importers.tflite_check import compare_model
+
+    return compare_model(loaded.imported, engine.model, io_changes=engine.io_changes, seed=opts.seed)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -506,11 +524,17 @@ def estimate_vs_real(analysis: ModelAnalysis | None, result) -> list[dict]:
     if analysis.estimate.epochs != rep.epochs:
         rows.append({"what": "epochs", "predicted": analysis.estimate.epochs, "actual": rep.epochs})
     by_name = analysis.placement.by_name
-    pred = Counter(by_name[g.nodes[0]].op_type for g in analysis.estimate.groups if g.unit == SW)
+    # SW (and, where the report counts them, hybrid) epochs by the name the report prints
+    pred = analysis.estimate.sw_ops
     act = Counter(rep.sw_ops)
     for op in sorted(set(pred) | set(act)):
         if pred[op] != act[op]:
             rows.append({"what": "sw_ops", "op": op, "predicted": pred[op], "actual": act[op]})
+    if rep.hybrid_epochs is not None:
+        pred_h, act_h = analysis.estimate.hybrid_ops, Counter(rep.hybrid_ops)
+        for op in sorted(set(pred_h) | set(act_h)):
+            if pred_h[op] != act_h[op]:
+                rows.append({"what": "hybrid_ops", "op": op, "predicted": pred_h[op], "actual": act_h[op]})
     if result.c_info is not None:
         for ep in result.c_info.counted_epochs:
             actual = "SW" if ep.kind == "SW" else ("HYBRID" if ep.kind == "HYBRID" else "HW")

@@ -72,21 +72,33 @@ def _root(
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
 
-def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile):
+def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core=None):
     from .api import AnalysisOptions
     from .model_io import parse_input_shapes
+    from .npu.profile import normalize_options
 
     return AnalysisOptions(
         target_profile=target_profile,
-        stedgeai_options=frozenset(stedgeai_option or ()),
+        stedgeai_options=normalize_options(stedgeai_option or ()),
         input_shapes=parse_input_shapes(input_shape),
         mpool=mpool,
         neural_art_profile=profile,
+        core=core,
     )
 
 
+def _stedgeai_args(stedgeai_option) -> tuple[str, ...]:
+    """The --stedgeai-option values as stedgeai arguments, so estimate and measurement describe one build."""
+    from .npu.profile import normalize_options, option_args
+
+    return tuple(option_args(normalize_options(stedgeai_option or ())))
+
+
 TARGET_HELP = "Target profile: built-in name (stm32n6) or a YAML file with limits and the operator table."
-OPTION_HELP = "A stedgeai option that changes placement: --expand-softmax, --GELU-recognition, --SWISH-recognition."
+OPTION_HELP = ("A stedgeai option that changes placement, with its value in the same argument: "
+               "--stedgeai-option='--input-data-type float32' (--output-data-type, --inputs-ch-position, "
+               "--no-inputs-allocation, --expand-softmax, --GELU-recognition, --SWISH-recognition); repeatable.")
+CORE_HELP = "ST Edge AI Core version X.Y whose placement facts apply (default: the newest in the target profile)."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
 STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai, else PATH)."
 
@@ -103,13 +115,14 @@ def audit_cmd(
     mpool: Optional[str] = typer.Option(None, "--mpool", help="A stedgeai .mpool file for the memory estimate."),
     profile: Optional[str] = typer.Option(None, "--profile", help="A Neural-ART profile NAME@FILE.json (its memory pools)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
+    core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
 ):
     """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
     from .api import AuditOptions, audit
     from .report import audit_dict, audit_markdown, audit_renderables
 
     try:
-        opts = AuditOptions(analysis=_analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile))
+        opts = AuditOptions(analysis=_analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core))
         show_progress = err.is_terminal and fmt == Format.table or err.is_terminal and output is not None
         result = _run_with_progress(lambda cb: audit(paths, opts, progress=cb), show_progress)
     except NafixError as exc:
@@ -150,7 +163,7 @@ class OutFormat(str, Enum):
 
 @app.command("fix")
 def fix_cmd(
-    model: Path = typer.Argument(..., help="The ONNX model to fix (never modified)."),
+    model: Path = typer.Argument(..., help="The ONNX or TFLite model to fix (never modified)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="Output model path (default: MODEL.nafix.onnx beside the input)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would change; write nothing."),
     select: Optional[List[str]] = typer.Option(None, "--select", help="Run only these rules (ids or names; repeatable). Opt-in rules run only when selected."),
@@ -183,6 +196,7 @@ def fix_cmd(
     calib_order: str = typer.Option("rgb", "--calib-channel-order", help="Images: rgb or bgr."),
     calib_samples: int = typer.Option(200, "--calib-samples", help="At most this many calibration samples."),
     calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
+    core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
     from .api import CompileOptions, FixOptions, fix
@@ -190,9 +204,10 @@ def fix_cmd(
 
     try:
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=compile_timeout,
-                               workdir=str(workdir) if workdir else None) if compile_ else None
+                               workdir=str(workdir) if workdir else None,
+                               extra_args=_stedgeai_args(stedgeai_option)) if compile_ else None
         opts = FixOptions(
-            analysis=_analysis_options(target_profile, stedgeai_option, input_shape, None, profile),
+            analysis=_analysis_options(target_profile, stedgeai_option, input_shape, None, profile, core),
             output=output, dry_run=dry_run, select=tuple(select or ()), ignore=tuple(ignore or ()),
             extend_select=tuple(extend_select or ()),
             rules_dirs=tuple(str(r) for r in rules or ()), input_type=input_type,
@@ -284,13 +299,15 @@ def _mention_stedgeai(explicit: Optional[str]) -> None:
 
 @app.command("compile")
 def compile_cmd(
-    model: Path = typer.Argument(..., help="The ONNX model to compile."),
+    model: Path = typer.Argument(..., help="The ONNX or TFLite model to compile (stedgeai reads .tflite natively)."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
     timeout: float = typer.Option(900.0, "--timeout", help="Seconds to wait for stedgeai."),
     workdir: Optional[Path] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
+    stedgeai_option: Optional[List[str]] = typer.Option(None, "--stedgeai-option", help=OPTION_HELP),
+    core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP + " Default: the installed stedgeai's version."),
 ):
     """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
     from .api import AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools
@@ -299,9 +316,14 @@ def compile_cmd(
 
     try:
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=timeout,
-                               workdir=str(workdir) if workdir else None)
+                               workdir=str(workdir) if workdir else None, extra_args=_stedgeai_args(stedgeai_option))
         tool, version = locate_stedgeai(copts, required=True)
-        aopts = AnalysisOptions(input_shapes=parse_input_shapes(input_shape), neural_art_profile=profile)
+        from .calibrate import core_of
+        from .npu.profile import normalize_options
+
+        aopts = AnalysisOptions(input_shapes=parse_input_shapes(input_shape), neural_art_profile=profile,
+                                stedgeai_options=normalize_options(stedgeai_option or ()),
+                                core=core or core_of(version) or None)
         analysis = analyze_path(model, aopts, pools=resolve_pools(aopts))
         if not analysis.memory.fits_on_chip:
             err.print(f"warning: estimated peak activations {analysis.memory.peak_activation_bytes / 1024:,.0f} KiB "
@@ -320,6 +342,28 @@ def compile_cmd(
             out.print(r)
     if not compiled.result.ok:
         raise typer.Exit(1)
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    pairs_dir: Path = typer.Argument(..., help="A folder of pair folders, each with a model and its stedgeai report(s)."),
+    fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
+    target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
+):
+    """Compare nafix's estimate with real stedgeai reports: per report, the core version and options it
+    states, real vs estimated epochs, SW and hybrid epochs, and the SW/hybrid op names that differ."""
+    from .calibrate import calibrate, summary
+    from .report import calibration_table
+
+    try:
+        rows = calibrate(pairs_dir, target_profile=target_profile)
+    except NafixError as exc:
+        _fail(exc)
+    if fmt == OutFormat.json:
+        sys.stdout.write(json.dumps({"estimated": True, "summary": summary(rows),
+                                     "rows": [r.as_dict() for r in rows]}, indent=2) + "\n")
+    else:
+        sys.stdout.write(calibration_table(rows))
 
 
 @app.command("explain")

@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 from onnx import shape_inference
 
 from .errors import InputError, UsageError
+from .importers.tflite import is_tflite
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,9 @@ class LoadedModel:
     opset: int
     dynamic_dims: tuple[DynamicDim, ...] = ()
     warnings: list[str] = field(default_factory=list)
+    #: A model imported from another format (``fixer.importers``: e.g. the TFLite import and its
+    #: interpreter check), or None for an ONNX file.
+    imported: object | None = None
 
     @property
     def unresolved_dims(self) -> tuple[DynamicDim, ...]:
@@ -107,15 +111,21 @@ def load_model(
         raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
     if not data:
         raise InputError(f"{p}: the file is empty, not an ONNX model.")
-    model = onnx.ModelProto()
-    try:
-        model.ParseFromString(data)
-    except (DecodeError, RuntimeError, ValueError) as exc:
-        raise InputError(f"{p}: not an ONNX model, or truncated/corrupt (protobuf parse failed: {exc}).") from None
-    if not model.HasField("graph") or (model.ir_version <= 0 and not model.opset_import):
-        raise InputError(f"{p}: not an ONNX model (no graph or IR version in the protobuf).")
+    imported = None
+    if is_tflite(data):  # by content: the TFLite flatbuffer identifier, whatever the file is called
+        from .importers.tflite import import_tflite
 
-    _load_external_data(model, p)
+        imported = import_tflite(data, p)
+        model = imported.model
+    else:
+        model = onnx.ModelProto()
+        try:
+            model.ParseFromString(data)
+        except (DecodeError, RuntimeError, ValueError) as exc:
+            raise InputError(f"{p}: not an ONNX model, or truncated/corrupt (protobuf parse failed: {exc}).") from None
+        if not model.HasField("graph") or (model.ir_version <= 0 and not model.opset_import):
+            raise InputError(f"{p}: not an ONNX model (no graph or IR version in the protobuf).")
+        _load_external_data(model, p)
     opset = _check_opsets(model, p, max_opset)
     _check_acyclic(model.graph, p)
     _check_references(model.graph, p)
@@ -132,7 +142,8 @@ def load_model(
     model = _infer_shapes(model, p, warnings)
     if not any(d.pinned_to is None for d in dyn):
         _fill_shapes_by_running(model, warnings)
-    return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings)
+    return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
+                       imported=imported)
 
 
 def _load_external_data(model: onnx.ModelProto, path: Path) -> None:

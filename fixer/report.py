@@ -3,7 +3,6 @@ strings or rich renderables; the CLI decides where they go."""
 
 from __future__ import annotations
 
-from collections import Counter
 from typing import Any
 
 from . import __version__
@@ -32,9 +31,22 @@ def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
         "memory": a.memory.as_dict(),
         "dynamic_dims": [d.describe() for d in a.loaded.dynamic_dims],
         "warnings": list(a.loaded.warnings),
+        **_import_dict(a.loaded),
         "oe_export": a.placement.oe_export,
-        "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes} for g in a.estimate.groups],
+        "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes,
+                    **({"reported_as": g.reported_as} if g.unit != "HW" else {})} for g in a.estimate.groups],
     }
+
+
+_FORMAT_LABELS = {"tflite": "TFLite", "onnx": "ONNX"}
+
+
+def _import_dict(loaded) -> dict[str, Any]:
+    imp = getattr(loaded, "imported", None)
+    if imp is None:
+        return {"source_format": "onnx"}
+    check = imp.check.as_dict() if imp.check is not None else None
+    return {"source_format": imp.source_format, "import_check": check}
 
 
 def audit_dict(result: AuditResult, *, profile: str) -> dict[str, Any]:
@@ -56,8 +68,11 @@ def audit_dict(result: AuditResult, *, profile: str) -> dict[str, Any]:
 
 
 def _sw_summary(a: ModelAnalysis) -> str:
-    c = Counter(g.nodes and a.placement.by_name[g.nodes[0]].op_type for g in a.estimate.groups if g.unit == "SW")
-    return ", ".join(f"{op} x{n}" for op, n in c.most_common()) or "-"
+    """SW (and hybrid) epochs by the op name the report would print."""
+    e = a.estimate
+    parts = [f"{op} x{n}" for op, n in e.sw_ops.most_common()]
+    parts += [f"{op} x{n} (hybrid)" for op, n in e.hybrid_ops.most_common()]
+    return ", ".join(parts) or "-"
 
 
 def audit_markdown(result: AuditResult, *, profile: str) -> str:
@@ -106,7 +121,8 @@ def _md(s: str) -> str:
 def model_summary_line(path_name: str, a: ModelAnalysis) -> str:
     e, mem = a.estimate, a.memory
     fit = "fits on-chip" if mem.fits_on_chip else f"does NOT fit on-chip ({kib(mem.onchip_bytes)})"
-    return (f"{path_name}: estimated {e.epochs} epochs, {e.sw_epochs} SW, HW ratio {e.hw_ratio:.1%}; "
+    hyb = f", {e.hybrid_epochs} hybrid" if e.hybrid_epochs else ""
+    return (f"{path_name}: estimated {e.epochs} epochs, {e.sw_epochs} SW{hyb}, core {e.core or '?'}, HW ratio {e.hw_ratio:.1%}; "
             f"weights {kib(mem.weights_bytes)}, peak activations {kib(mem.peak_activation_bytes)} ({fit})")
 
 
@@ -369,6 +385,12 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
         "rules_run": result.rules_run,
         "warnings": result.warnings,
         "advice": list(getattr(result, "advice", ())),
+        "source_format": {"before": _import_dict(before.loaded)["source_format"], "after": "onnx"},
+        **({"import_check": before.loaded.imported.check.as_dict()}
+           if getattr(before.loaded, "imported", None) is not None and before.loaded.imported.check is not None
+           else {}),
+        **({"fixed_vs_tflite": [o.as_dict() for o in result.source_check]}
+           if getattr(result, "source_check", None) else {}),
         **({"stedgeai": result.compiled.as_dict()} if getattr(result, "compiled", None) is not None else {}),
         **({"quantization": result.quantization} if getattr(result, "quantization", None) is not None else {}),
     }
@@ -419,12 +441,21 @@ def fix_renderables(result, *, verbose: bool = False):
     t.add_column("")
     t.add_column("epochs", justify="right")
     t.add_column("SW epochs", justify="right")
+    t.add_column("hybrid", justify="right")
     t.add_column("HW ratio", justify="right")
-    t.add_row("before", str(b.epochs), str(b.sw_epochs), f"{b.hw_ratio:.1%}")
-    t.add_row("after", str(a.epochs), str(a.sw_epochs), f"{a.hw_ratio:.1%}")
+    imported = getattr(result.before.loaded, "imported", None)
+    src_label = f" ({_FORMAT_LABELS.get(imported.source_format, imported.source_format)})" if imported is not None else ""
+    t.add_row("before" + src_label, str(b.epochs), str(b.sw_epochs), str(b.hybrid_epochs), f"{b.hw_ratio:.1%}")
+    t.add_row("after (ONNX)" if imported is not None else "after", str(a.epochs), str(a.sw_epochs),
+              str(a.hybrid_epochs), f"{a.hw_ratio:.1%}")
     out.append(t)
     for line in getattr(result, "advice", ()):
         out.append(Text(f"advice: {line}", style="bold yellow"))
+    if imported is not None and imported.check is not None:
+        out.append(Text(imported.check.summary(), style="dim"))
+    for o in getattr(result, "source_check", None) or []:
+        lsb = f"max {o.max_lsb} LSB, " if o.max_lsb is not None else f"max error {o.max_rel:.2%} of its largest magnitude, "
+        out.append(Text(f"  fixed model vs TFLite interpreter, {o.name}: {lsb}{o.exact_fraction:.2%} exact"))
     q = getattr(result, "quantization", None)
     if q is not None:
         out.extend(quantization_renderables(q, result))
@@ -476,3 +507,36 @@ def fix_renderables(result, *, verbose: bool = False):
         out.extend(comparison_renderables(result.compiled))
     out.append(Text(ESTIMATE_NOTE, style="dim"))
     return out
+
+
+def calibration_table(rows) -> str:
+    """``nafix calibrate`` as a Markdown table (real figures from the reports, the rest estimated)."""
+    from .calibrate import EPOCH_TOLERANCE, summary
+
+    def ops(d: dict) -> str:
+        return " ".join(d) if d else "="
+
+    out = ["| pair | report | core | options | epochs real / est | SW real / est | hybrid real / est "
+           "| SW ops (+extra -missing) | hybrid ops | on target |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rep = r.report.split("/", 1)[-1] + (f" (x{r.runs})" if r.runs > 1 else "")
+        opts = " ".join(o.replace("--", "") for o in r.options) or "-"
+        if not r.estimated:
+            out.append(f"| {_md(r.pair)} | {_md(rep)} | {r.core} | {_md(opts)} | {r.real_epochs} / - | {r.real_sw} / - "
+                       f"| {r.real_hybrid if r.real_hybrid is not None else '-'} / - | - | - | {_md(r.status)} |")
+            continue
+        hy = f"{r.real_hybrid} / {r.est_hybrid}" if r.real_hybrid is not None else f"- / {r.est_hybrid}"
+        sw_ops = ops(r.sw_diff()) if r.ops_listed else "(not listed)"
+        hy_ops = ops(r.hybrid_diff()) if r.real_hybrid is not None else "-"
+        err = r.epoch_error
+        out.append(f"| {_md(r.pair)} | {_md(rep)} | {r.core} | {_md(opts)} | {r.real_epochs} / {r.est_epochs}"
+                   f"{f' ({err:+.0%})' if err else ''} | {r.real_sw} / {r.est_sw} | {hy} | {_md(sw_ops)} | {_md(hy_ops)} "
+                   f"| {'yes' if not r.failures() else 'no'} |")
+    s = summary(rows)
+    out.append("")
+    out.append(f"{s['on_target']} of {s['estimated']} estimated reports on target (SW op multiset equal, hybrid ops "
+               f"equal where the report counts them, estimated epochs within {EPOCH_TOLERANCE:.0%}); "
+               f"{s['sw_ops_equal']} with equal SW ops, {s['epochs_within']} with epochs within {EPOCH_TOLERANCE:.0%}; "
+               f"{len(s['not_estimated'])} not estimated.")
+    return "\n".join(out) + "\n"

@@ -29,10 +29,20 @@ class ModelAnalysis:
     profile: TargetProfile
 
     def sw_nodes(self) -> list[dict]:
+        """One entry per SW node, and one per SW/hybrid epoch the compiler inserts when lowering a node:
+        ``from_nodes`` names the model node(s) of its epoch(s), ``reported_as`` the name(s) the report
+        prints, ``unit`` SW or hybrid (per core version)."""
+        by_node: dict[str, list] = {}
+        for g in self.estimate.groups:
+            if g.unit == "HW":
+                continue
+            for name in g.nodes[:1] if g.inserted else g.nodes:
+                by_node.setdefault(name, []).append(g)
         out = []
         for n in self.placement.nodes:
             if n.unit != SW:
                 continue
+            gs_ = by_node.get(n.name, [])  # its own epochs, or the ones its lowering made (nearest Resize)
             out.append({
                 "name": n.name,
                 "op_type": n.op_type,
@@ -41,6 +51,30 @@ class ModelAnalysis:
                 "reasons": [r.text() for r in n.reasons],
                 "constraints": [r.constraint for r in n.reasons],
                 "tags": sorted({r.tag for r in n.reasons}),
+                "unit": gs_[0].unit if gs_ else SW,
+                "reported_as": [g.reported_as for g in gs_],
+                "from_nodes": sorted({m for g in gs_ for m in g.nodes}) or [n.name],
+            })
+        lows = self.profile.lowerings
+        for g in self.estimate.groups:
+            if not g.inserted or g.unit == "HW":
+                continue
+            node = g.nodes[0]
+            if self.placement.by_name[node].unit == SW:
+                continue  # listed with the SW node itself
+            low = lows.get(g.lowering)
+            out.append({
+                "name": f"{node}/{g.reported_as}",
+                "op_type": g.reported_as,
+                "kernel": None,
+                "role": "inserted by stedgeai when lowering the node",
+                "reasons": [f"stedgeai lowers '{node}' with an inserted {g.reported_as} epoch ({low.source.strip() if low else ''}) "
+                            f"[{low.tag if low else 'INF'}]"],
+                "constraints": [f"lowering:{low.name}" if low else "lowering"],
+                "tags": [low.tag if low else "INF"],
+                "unit": g.unit,
+                "reported_as": [g.reported_as],
+                "from_nodes": [node],
             })
         return out
 
@@ -88,6 +122,9 @@ class FixResult:
     quantization: dict | None = None  # what --quantize did and the accuracy it cost
     pre_engine: "EngineResult | None" = None  # rewrites applied before quantization (float models)
     advice: list[str] = field(default_factory=list)  # said once, before the details (float model: --quantize)
+    #: A model imported from TFLite: the fixed model's outputs against the TFLite interpreter's on the
+    #: import check's seeded inputs (None for ONNX input, or when the interface differs).
+    source_check: list | None = None
 
     @property
     def changed(self) -> bool:

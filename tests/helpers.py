@@ -277,3 +277,26 @@ def save(model: onnx.ModelProto, path) -> None:
     from pathlib import Path
 
     Path(path).write_bytes(model.SerializeToString())
+
+
+#: keys a rule-case file may set for all its cases (a case may override them): the stedgeai options and
+#: core version the placement model assumes, and which of the profile's lowerings to keep (default: all)
+CASE_PROFILE_KEYS = ("stedgeai_options", "core", "profile_lowerings")
+
+
+def case_with_file_defaults(data: dict, case: dict) -> dict:
+    """A rule case with its case file's profile keys filled in."""
+    return {**{k: data[k] for k in CASE_PROFILE_KEYS if k in data}, **case}
+
+
+def case_profile(case: dict):
+    """The built-in profile with a rule case's stedgeai options, core version and lowerings."""
+    from dataclasses import replace
+
+    from fixer.npu.profile import load_profile
+
+    prof = load_profile(options=frozenset(case.get("stedgeai_options") or ()), core=case.get("core"))
+    if "profile_lowerings" in case:
+        keep = set(case["profile_lowerings"] or ())
+        prof = replace(prof, lowerings={k: v for k, v in prof.lowerings.items() if k in keep})
+    return prof

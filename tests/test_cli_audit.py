@@ -25,6 +25,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_models"
 SOFTMAX = SAMPLES / "classifier_softmax.onnx"
 NAFIX = Path(sys.executable).parent / "nafix"
+#: core 2.2 with float graph edges kept (as MobileFaceNet's report was built): the figures below assume
+#: the input copy epoch and the SW conversions at the float edges (NEURAL_ART.md s7); both option forms
+FLOAT_IO = ["--core", "2.2", "--stedgeai-option", "--input-data-type float32",
+            "--stedgeai-option=--output-data-type float32"]
 
 
 def run(args: list[str], capsys) -> tuple[int, str, str]:
@@ -60,7 +64,7 @@ def no_sw(tmp_path) -> Path:
 
 
 def test_json_schema(capsys):
-    code, out, err = run(["audit", SAMPLES, "--format", "json"], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, SAMPLES, "--format", "json"], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["profile"] == "stm32n6" and data["estimated"] is True and data["nafix_version"]
@@ -86,7 +90,7 @@ def test_json_schema(capsys):
 
 
 def test_markdown_format(capsys):
-    code, out, err = run(["audit", SOFTMAX, "--format", "markdown"], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, SOFTMAX, "--format", "markdown"], capsys)
     assert code == 0, err
     assert out.startswith("# nafix audit (profile stm32n6)")
     assert "| `classifier_softmax.onnx` | 9 | 3 | 66.7% |" in out
@@ -95,7 +99,7 @@ def test_markdown_format(capsys):
 
 
 def test_table_format(capsys):
-    code, out, err = run(["audit", SOFTMAX], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, SOFTMAX], capsys)
     assert code == 0, err
     assert "nafix audit - profile stm32n6" in out
     assert "classifier_softmax.onnx: estimated 9 epochs, 3 SW" in out
@@ -109,7 +113,7 @@ def test_table_format_shows_bracketed_file_names_verbatim(tmp_path, capsys):
     p = tmp_path / "model[red].onnx"
     shutil.copy(SOFTMAX, p)
     dest = tmp_path / "report.txt"
-    code, out, err = run(["audit", p, "-o", dest], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, p, "-o", dest], capsys)
     assert code == 0, err
     text = dest.read_text()
     assert "│ model[red].onnx " in text  # the summary table row
@@ -117,7 +121,7 @@ def test_table_format_shows_bracketed_file_names_verbatim(tmp_path, capsys):
 
 
 def test_expand_softmax_option(capsys):
-    code, out, err = run(["audit", SOFTMAX, "--format", "json", "--stedgeai-option", "--expand-softmax"], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, SOFTMAX, "--format", "json", "--stedgeai-option", "--expand-softmax"], capsys)
     assert code == 0, err
     (m,) = json.loads(out)["models"]
     assert [n["op_type"] for n in m["sw_nodes"]] == ["QuantizeLinear", "DequantizeLinear"]
@@ -129,12 +133,12 @@ def test_expand_softmax_option(capsys):
 
 
 def test_fail_on_sw_exits_1_when_sw_is_predicted(capsys):
-    assert run(["audit", SOFTMAX, "--fail-on", "sw", "--format", "json"], capsys)[0] == 1
+    assert run(["audit", *FLOAT_IO, SOFTMAX, "--fail-on", "sw", "--format", "json"], capsys)[0] == 1
     assert run(["audit", SOFTMAX, "--format", "json"], capsys)[0] == 0  # default: never
 
 
 def test_fail_on_sw_exits_0_without_sw(no_sw, capsys):
-    code, out, err = run(["audit", no_sw, "--fail-on", "sw", "--format", "json"], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, no_sw, "--fail-on", "sw", "--format", "json"], capsys)
     assert code == 0, err
     (m,) = json.loads(out)["models"]
     # the conv epoch + the input copy epoch
@@ -148,7 +152,7 @@ def test_folder_with_one_corrupt_file_reports_the_others(tmp_path, capsys):
     save(no_sw_model(), folder / "sub" / "c_no_sw.onnx")
     (folder / "b_corrupt.onnx").write_text("this is not a protobuf\n")
     before = sha256_tree(folder)
-    code, out, err = run(["audit", folder, "--format", "json"], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, folder, "--format", "json"], capsys)
     assert code == 2
     rows = {Path(m["path"]).name: m for m in json.loads(out)["models"]}
     assert sorted(rows) == ["a_softmax.onnx", "b_corrupt.onnx", "c_no_sw.onnx"]
@@ -163,11 +167,11 @@ def test_folder_with_one_corrupt_file_reports_the_others(tmp_path, capsys):
 def test_folder_error_row_in_table_and_markdown(tmp_path, capsys):
     shutil.copy(SOFTMAX, tmp_path / "a.onnx")
     (tmp_path / "b.onnx").write_bytes(b"")
-    code, out, err = run(["audit", tmp_path, "--format", "markdown"], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, tmp_path, "--format", "markdown"], capsys)
     assert code == 2
     assert "| `a.onnx` | 9 | 3 |" in out
     assert "b.onnx` | error |" in out and "the file is empty" in out
-    code, out, err = run(["audit", tmp_path], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, tmp_path], capsys)
     assert code == 2 and "a.onnx: estimated 9 epochs, 3 SW" in out and "b.onnx" in out
     (line,) = err.splitlines()
     assert line.startswith("error: ") and line.endswith("b.onnx: the file is empty, not an ONNX model.")
@@ -180,7 +184,7 @@ def test_folder_error_row_in_table_and_markdown(tmp_path, capsys):
 ])
 def test_output_file(tmp_path, capsys, fmt, check):
     dest = tmp_path / "reports" / f"audit.{fmt}"
-    code, out, err = run(["audit", SOFTMAX, "--format", fmt, "-o", dest], capsys)
+    code, out, err = run(["audit", *FLOAT_IO, SOFTMAX, "--format", fmt, "-o", dest], capsys)
     assert code == 0, err
     assert out == ""
     assert dest.is_file() and check(dest.read_text())
@@ -246,7 +250,7 @@ def _case(name: str, tmp: Path) -> tuple[list, str]:
     if name == "folder without onnx":
         (tmp / "empty").mkdir()
         (tmp / "empty" / "notes.txt").write_text("no models here")
-        return [tmp / "empty"], "no .onnx model found"
+        return [tmp / "empty"], "no .onnx or .tflite model found"
     if name == "text renamed onnx":
         (tmp / "text.onnx").write_text("name,value\nconv,3\n" * 20)
         return [tmp / "text.onnx"], "not an ONNX model"
@@ -387,7 +391,7 @@ def console(*args, cwd=None) -> subprocess.CompletedProcess:
 
 @pytest.mark.skipif(not NAFIX.exists(), reason="nafix console script not installed next to this Python")
 def test_console_script_audit_json():
-    r = console("audit", SOFTMAX, "--format", "json", "--fail-on", "sw")
+    r = console("audit", SOFTMAX, *FLOAT_IO, "--format", "json", "--fail-on", "sw")
     assert r.returncode == 1, r.stderr
     (m,) = json.loads(r.stdout)["models"]
     assert m["estimate"]["epochs"] == 9 and m["estimate"]["sw_epochs"] == 3
@@ -402,7 +406,7 @@ def test_console_script_bad_input_prints_one_line(tmp_path):
     r = console("audit", empty)
     assert r.returncode == 2
     lines = r.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: no .onnx model found under"), r.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: no .onnx or .tflite model found under"), r.stderr
     assert str(empty) in lines[0]
     assert r.stdout == ""
     assert sha256_tree(tmp_path) == before

@@ -52,21 +52,30 @@ def test_fix_compile_measures_before_and_after(tmp_path, capsys, monkeypatch, fm
     assert st["after"]["hw_ratio"] > st["before"]["hw_ratio"] and st["improved"] is True
     assert isinstance(st["before"]["estimate_vs_real"], list)
     assert "(measured)" in out and "stedgeai (before):" in err
-    # workspaces are never created in the user's folder
+    # workspaces are never created in the user's folder (no .nafix.h: with stedgeai's default options the
+    # float graph edges become int8 by themselves, so no rule changed them)
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        ["movenet_like.onnx", "movenet_like.nafix.onnx", "movenet_like.nafix.json", "movenet_like.nafix.h"])
+        ["movenet_like.onnx", "movenet_like.nafix.onnx", "movenet_like.nafix.json"])
 
 
 def test_compile_command_reports_and_compares_with_the_estimate(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("FAKE_STEDGEAI_FORMAT", "B")
-    code, out, err = run(["compile", MOVENET, "--stedgeai", FAKE, "--format", "json"], capsys)
+    work = tmp_path / "work"
+    code, out, err = run(["compile", MOVENET, "--stedgeai", FAKE, "--format", "json", "--workdir", work,
+                          "--stedgeai-option", "--input-data-type float32"], capsys)
     assert code == 0, err
     data = json.loads(out)
     assert data["stedgeai"]["sw_ops"].count("Resize") == 3 and data["estimated"] is True
+    # the estimate is made for the installed tool's core version and the same options
+    assert data["estimate"]["core"] == "4.0"
     rows = data["stedgeai"]["estimate_vs_real"]
-    # nafix predicts the float-edge Q/DQ in SW too; the stand-in does not: listed as disagreements
+    # with --input-data-type float32 nafix predicts the input QuantizeLinear in SW; the stand-in does not:
+    # listed as a disagreement
     assert any(r["what"] == "sw_ops" and r["op"] == "QuantizeLinear" and r["predicted"] == 1 and r["actual"] == 0
                for r in rows), rows
+    # the option reached stedgeai: estimate and measurement describe the same build
+    (report,) = work.rglob("*_generate_report.txt")
+    assert "--input-data-type float32" in report.read_text()
 
 
 def test_compile_failure_is_explained(tmp_path, capsys, monkeypatch):

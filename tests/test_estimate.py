@@ -7,6 +7,7 @@ import pytest
 from onnx import helper
 
 from fixer.npu.estimate import EpochEstimate
+from fixer.npu.profile import load_profile
 from fixer.npu.mpool import default_stm32n6_pools
 from tests.helpers import QDQ, analyze, float_model, make_model, qdq_op
 
@@ -28,9 +29,9 @@ def test_conv_relu_is_one_hw_epoch():
     c = b.raw_op("Conv", [x, b.weight("w", [4, 2, 1, 1])], name="conv")
     y = b.raw_op("Relu", [c], name="relu")
     b.output(y)
-    a = analyze(b.model())
+    a = analyze(b.model(), prof=load_profile(core="2.2"))
     assert epochs(a) == [("HW", ["conv", "relu"])]
-    # + the input copy epoch
+    # + the input copy epoch (core 2.x)
     assert (a.estimate.epochs, a.estimate.sw_epochs, a.estimate.hw_epochs) == (2, 0, 2)
 
 
@@ -108,13 +109,24 @@ def test_float_input_prologue_transpose_and_quantize_are_one_sw_epoch():
     assert "'image'" in q.reasons[0].detail
 
 
+FLOAT_IO = ("--input-data-type float32", "--output-data-type float32")
+
+
 def test_float_input_quantize_alone_is_one_sw_epoch():
     b = QDQ(float_io=True)
     x = b.input("x", [1, 2, 4, 4])
     y = b.op("Conv", [x, b.weight("w", [4, 2, 1, 1])], name="conv")
     b.output(y)
-    a = analyze(b.model())
+    a = analyze(b.model(), options=FLOAT_IO)
     assert epochs(a) == [("SW", ["x_QuantizeLinear"]), ("HW", ["conv"]), ("SW", ["y_DequantizeLinear"])]
+    # stedgeai's default for an ONNX QDQ model: int8 I/O, both conversions dropped (NEURAL_ART.md s7)
+    d = analyze(b.model())
+    assert epochs(d) == [("HW", ["conv"])]
+    assert d.placement.by_name["x_QuantizeLinear"].role.startswith("graph-input conversion (dropped")
+    assert d.placement.by_name["y_DequantizeLinear"].role.startswith("graph-output conversion (dropped")
+    # one option each
+    i = analyze(b.model(), options=("--input-data-type float32",))
+    assert epochs(i) == [("SW", ["x_QuantizeLinear"]), ("HW", ["conv"])]
 
 
 def test_trailing_dequantize_is_one_sw_epoch_and_hw_ratio():
@@ -124,14 +136,15 @@ def test_trailing_dequantize_is_one_sw_epoch_and_hw_ratio():
     q = b._quantize(y)
     b.nodes.append(helper.make_node("DequantizeLinear", [q, "act_scale", "act_zp"], ["out"], name="out_dq"))
     b.float_output("out")
-    a = analyze(b.model())
+    a = analyze(b.model(), prof=load_profile(options=frozenset({"--output-data-type float32"}), core="2.2"))
     assert epochs(a) == [("HW", ["conv"]), ("SW", ["out_dq"])]
     dq = a.placement.by_name["out_dq"]
     assert dq.role == "graph-output conversion" and dq.reasons[0].constraint == "graph_edge_dequantize"
     e = a.estimate
     assert (e.epochs, e.sw_epochs, e.hw_epochs) == (3, 1, 2)  # input copy + conv + trailing DQ
     assert e.hw_ratio == pytest.approx(2 / 3)
-    assert e.as_dict() == {"epochs": 3, "sw_epochs": 1, "hw_epochs": 2, "hw_ratio": 0.6667}
+    assert e.as_dict() == {"epochs": 3, "sw_epochs": 1, "hybrid_epochs": 0, "hw_epochs": 2, "hw_ratio": 0.6667,
+                           "sw_ops": {"DequantizeLinear": 1}, "hybrid_ops": {}, "core": "2.2"}
 
 
 def test_hw_ratio_arithmetic():
@@ -274,9 +287,11 @@ def test_fits_on_chip_around_the_default_capacity(rows, fits):
 
 def test_input_copy_epoch_unless_the_input_is_read_by_a_transpose():
     """c_info of the real pairs: an 'Identity_inserted' HW epoch copies the input (MobileNetV2,
-    MobileFaceNet) except where a Transpose reads it first (MediaPipe, YAMNet, npu_conv2d)."""
-    a = analyze(qdq_op("Relu", [[1, 4, 3, 3]], name="relu"))
+    MobileFaceNet) except where a Transpose reads it first (MediaPipe, YAMNet, npu_conv2d); core 4.0
+    inserts none (the same single-Conv models: 2 epochs in 2.2.0, 1 in 4.0.0)."""
+    a = analyze(qdq_op("Relu", [[1, 4, 3, 3]], name="relu"), prof=load_profile(core="2.2"))
     assert epochs(a, copies=True)[0] == ("HW", ["input copy of 'x0'"])
+    assert epochs(analyze(qdq_op("Relu", [[1, 4, 3, 3]], name="relu")), copies=True) == [("HW", ["relu"])]
     b = analyze(qdq_op("Transpose", [[1, 4, 3, 3]], name="t", perm=[0, 2, 3, 1]))
     assert not any(n[0].startswith("input copy") for _, n in epochs(b, copies=True))
     assert epochs(b) == [("HW", ["t"])]

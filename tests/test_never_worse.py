@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from fixer.api import FixOptions, analyze_model, boundary_checks, change_contracts, fix
+from fixer.api import AnalysisOptions, FixOptions, analyze_model, boundary_checks, change_contracts, fix
 from fixer.cli import main
 from fixer.engine import FLOAT_GUARD_REASON, is_float_model, run_engine
 from fixer.npu.profile import load_profile
@@ -20,6 +20,10 @@ from tests.builders import guard as builders
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_models"
 PROFILE = load_profile()
+#: core 2.2 with float graph edges kept (the build the issue's figures were measured with): the float
+#: input QuantizeLinear and output DequantizeLinear are SW epochs there, and the input copy an epoch
+FLOAT_IO = frozenset({"--input-data-type float32", "--output-data-type float32"})
+PROFILE_22 = load_profile(core="2.2", options=FLOAT_IO)
 RULES = {r.id: r for r in load_rules()}
 
 
@@ -37,14 +41,17 @@ def _run_cli(args, capsys):
 def test_naf001_conv_relu_q_chunks_carry_the_relu_bit_exact_and_hw_ratio_rises():
     model = builders.conv_chain(keep_relu=True)
     assert [n.op_type for n in model.graph.node if n.name == "conv1_relu"] == ["Relu"]
-    before = analyze_model(model, profile=PROFILE).estimate
-    assert round(before.hw_ratio, 3) == 0.571  # the 3-layer QDQ model
-    res = run_engine(model, [RULES["NAF001"]], profile=PROFILE)
+    before = analyze_model(model, profile=PROFILE_22).estimate
+    assert round(before.hw_ratio, 3) == 0.571  # the 3-layer QDQ model (core 2.2, float edges)
+    default_before = analyze_model(model, profile=PROFILE).estimate
+    default_after = analyze_model(run_engine(model, [RULES["NAF001"]], profile=PROFILE).model, profile=PROFILE).estimate
+    assert default_after.hw_ratio > default_before.hw_ratio  # and with the default profile
+    res = run_engine(model, [RULES["NAF001"]], profile=PROFILE_22)
     (ch,) = res.changes
     assert ch.node == "conv1" and "136 + 121" in ch.detail and "carries its own Relu" in ch.detail
     relus = [n for n in res.model.graph.node if n.op_type == "Relu" and "__nafix_" in n.name]
     assert len(relus) == 2  # one per chunk, each before its QuantizeLinear
-    after = analyze_model(res.model, profile=PROFILE)
+    after = analyze_model(res.model, profile=PROFILE_22)
     assert after.estimate.hw_ratio > before.hw_ratio
     assert after.estimate.sw_epochs < before.sw_epochs
     assert all(p.unit != "SW" for p in after.placement.nodes if p.op_type in ("Conv", "Relu"))
@@ -74,11 +81,11 @@ def test_guard_keeps_the_good_changes_of_a_round_and_drops_the_bad_one():
     # two rules in one round on the same QDQ model: the int8 graph edges (good) are kept, the float
     # split (bad) is dropped by bisection
     model = builders.conv_chain(keep_relu=True, float_reader=True)
-    before = analyze_model(model, profile=PROFILE).estimate
-    res = run_engine(model, [RULES["NAF001"], RULES["NAF005"]], profile=PROFILE)
+    before = analyze_model(model, profile=PROFILE_22).estimate
+    res = run_engine(model, [RULES["NAF001"], RULES["NAF005"]], profile=PROFILE_22)
     assert {c.rule for c in res.changes} == {"NAF005"}
     assert [n.node for n in res.near_misses if n.rule == "NAF001"] == ["conv1"]
-    after = analyze_model(res.model, profile=PROFILE).estimate
+    after = analyze_model(res.model, profile=PROFILE_22).estimate
     assert after.sw_epochs < before.sw_epochs and after.epochs <= before.epochs
 
 
@@ -163,7 +170,8 @@ def test_uint8_model_default_fix_is_int8_everywhere_and_bit_exact(tmp_path, sour
         onnx.save(builders.uint8_edges(maxpool=True), str(src))
     original = onnx.load(str(src))
     assert _uint8_qdq(original)
-    r = fix(src, FixOptions())
+    # float edges kept as SW conversions (core 2.2, float I/O): NAF004/NAF005 make them int8 too
+    r = fix(src, FixOptions(analysis=AnalysisOptions(core="2.2", stedgeai_options=FLOAT_IO)))
     assert "NAF014" in r.engine.rules_applied and r.written and r.verified
     assert r.verification.contract.contract == "exact"
     assert all(o.max_abs_error == 0 for o in r.verification.outputs)
@@ -187,18 +195,26 @@ def test_a_compile_error_left_in_the_written_model_exits_1_in_one_line(tmp_path,
     assert code == 0, err
 
 
-def test_tcn_dilated_depthwise_1d_bit_exact():
+def test_tcn_dilated_depthwise_1d_bit_exact_and_two_sw_epochs_fewer_per_dilated_conv():
+    # core 2.2: the compiler's SpaceToDepth and DepthToSpace around a dilated Conv are SW epochs
+    profile = load_profile(core="2.2")
     model = builders.tcn(dilations=(2, 4), qdq=True)
-    before = analyze_model(model, profile=PROFILE).estimate
-    res = run_engine(model, [RULES["NAF015"]], profile=PROFILE)
+    before = analyze_model(model, profile=profile).estimate
+    res = run_engine(model, [RULES["NAF015"]], profile=profile)
     assert sorted(c.node for c in res.changes) == ["dw0", "dw1"]
     out = {n.name: n for n in res.model.graph.node if n.op_type == "Conv"}
     assert all(list(a.ints) == [1] for n in out.values() for a in n.attribute if a.name == "dilations")
     checks = boundary_checks(res, change_contracts(res, RULES))
     v = verify(model, res.model, contract=RULES["NAF015"].verify, rules=["NAF015"], samples=16, boundaries=checks)
     assert v.ok and all(o.max_abs_error == 0 for o in v.outputs + v.boundaries)
-    after = analyze_model(res.model, profile=PROFILE).estimate
-    assert after.sw_epochs <= before.sw_epochs and after.epochs <= before.epochs
+    after = analyze_model(res.model, profile=profile).estimate
+    assert before.sw_ops.get("SpaceToDepth") == 2 and before.sw_ops.get("DepthToSpace") == 2
+    assert after.sw_epochs == before.sw_epochs - 2 * 2  # SpaceToDepth + DepthToSpace per dilated conv
+    assert after.epochs == before.epochs - 2 * 2
+    # core 4.0 (the default): the same two epochs are hybrid there, and go as well
+    b4 = analyze_model(model, profile=PROFILE).estimate
+    a4 = analyze_model(res.model, profile=PROFILE).estimate
+    assert a4.hybrid_epochs == b4.hybrid_epochs - 2 * 2 and a4.sw_epochs <= b4.sw_epochs
 
 
 def test_audit_fail_on_error_flags_a_compile_error(capsys):

@@ -36,6 +36,7 @@ from fixer.npu.placement import place
 from fixer.npu.profile import load_profile
 from fixer.rewriters import REWRITERS, Match, NearMiss, load_all
 from tests.builders import build
+from tests.helpers import case_profile, case_with_file_defaults
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ["NAF004", "NAF005", "NAF006", "NAF007", "NAF008", "NAF009", "NAF010", "NAF012"]
@@ -77,7 +78,8 @@ def _preconditions_hold(rule: dict, node, match) -> tuple[bool, str]:
     return True, ""
 
 
-def apply_rule(model: onnx.ModelProto, rule_id: str, options: dict | None = None, rounds: int = 3) -> Applied:
+def apply_rule(model: onnx.ModelProto, rule_id: str, options: dict | None = None, rounds: int = 3,
+               profile=None) -> Applied:
     """Apply one rule to a fixed point (at most ``rounds`` rounds), like the engine will."""
     load_all()
     rule = rule_yaml(rule_id)
@@ -87,7 +89,7 @@ def apply_rule(model: onnx.ModelProto, rule_id: str, options: dict | None = None
     ops = [ops] if isinstance(ops, str) else ops
     rw = REWRITERS[rule["rewrite"]["rewriter"]]
     params = {**rw.params, **(rule["rewrite"].get("params") or {})}
-    profile = load_profile()
+    profile = profile or load_profile()
     opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
     out = Applied(model)
     first = True
@@ -271,7 +273,7 @@ def _cases():
             continue
         data = yaml.safe_load(path.read_text())
         for case in data["cases"]:
-            yield pytest.param(rule, case, id=f"{rule}-{case['name']}")
+            yield pytest.param(rule, case_with_file_defaults(data, case), id=f"{rule}-{case['name']}")
 
 
 def case_model(case: dict) -> onnx.ModelProto:
@@ -282,7 +284,7 @@ def case_model(case: dict) -> onnx.ModelProto:
 
 def run_case(rule: str, case: dict) -> tuple[Applied, Numbers | None]:
     model = case_model(case)
-    applied = apply_rule(model, rule, options={"input_type": case.get("input_type", "int8")})
+    applied = apply_rule(model, rule, options={"input_type": case.get("input_type", "int8")}, profile=case_profile(case))
     fired = bool(applied.details)
     assert fired == case["fires"], (applied.details, applied.near_misses)
     if "detail" in case:

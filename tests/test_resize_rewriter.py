@@ -139,6 +139,20 @@ def test_float_sizes_folded_from_static_shapes():
 # ------------------------------------------------------------------------------- sample models
 
 
+def test_core_2x_keeps_the_bilinear_resize_as_a_near_miss():
+    """Core 2.x runs the DepthToSpace that lowers a strided ConvTranspose in SW (NEURAL_ART.md s7): the
+    rewrite would swap a SW Resize for a SW DepthToSpace plus a HW epoch, so it does not apply."""
+    model = onnx.load(str(ROOT / "sample_models" / "movenet_like.onnx"))
+    old = load_profile(core="2.2")
+    res = run_engine(model, [RULE], profile=old)
+    assert res.changes == []
+    reasons = {m.node: m.reason for m in res.near_misses}
+    assert sorted(reasons) == ["resize_up1", "resize_up2", "resize_up3"]
+    assert all("stedgeai core 2.2 lowers it with DepthToSpace, a pure SW epoch" in r for r in reasons.values())
+    assert all("--core 3.0 or later" in r for r in reasons.values())
+    assert run_engine(model, [RULE], profile=load_profile(core="3.0")).changes  # hybrid there: applies
+
+
 def _resize_io(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
     """(Resize name, int8 tensor its DequantizeLinear reads, output of its QuantizeLinear)."""
     prod = {o: n for n in model.graph.node for o in n.output}
@@ -158,8 +172,13 @@ def test_movenet_like_qdq_all_resizes_on_hw_within_one_lsb(tmp_path):
     after = analyze_model(res.model, profile=PROFILE)
     assert not [n for n in after.sw_nodes() if n["op_type"] == "Resize"]
     old_sw = {n["name"] for n in before.sw_nodes()}
-    assert [n["name"] for n in after.sw_nodes() if n["name"] not in old_sw] == []
+    # the default core (4.0) lowers each stride-2 ConvTranspose with a DepthToSpace, a hybrid epoch there
+    new = [(n["op_type"], n["unit"], n["from_nodes"][0].split("__nafix")[0]) for n in after.sw_nodes()
+           if n["name"] not in old_sw]
+    assert sorted(new) == [("DepthToSpace", "hybrid", f"resize_up{i}") for i in (1, 2, 3)]
     assert after.estimate.sw_epochs == before.estimate.sw_epochs - 3  # one SW epoch per bilinear Resize
+    assert after.estimate.hybrid_ops == {"DepthToSpace": 3}
+    assert after.estimate.hw_ratio > before.estimate.hw_ratio
 
     # Each rewritten Resize on the same int8 input as the original (real activations): within 1 LSB.
     names = [x for _, x, _ in _resize_io(model)]

@@ -17,6 +17,7 @@ from fixer.rules import load_rules
 from fixer.api import change_contracts
 from fixer.verify import loosest, verify
 from tests.builders import build
+from tests.helpers import CASE_PROFILE_KEYS, case_profile, case_with_file_defaults
 
 CASE_DIR = Path(__file__).parent / "rule_cases"
 PROFILE = load_profile()
@@ -28,8 +29,13 @@ def _cases():
     for f in sorted(CASE_DIR.glob("NAF*.yaml")):
         data = yaml.safe_load(f.read_text())
         for case in data["cases"]:
+            case = case_with_file_defaults(data, case)
             out.append(pytest.param(data["rule"], case, id=f"{data['rule']}-{case['name']}"))
     return out
+
+
+def _profile(case):
+    return case_profile(case) if any(k in case for k in CASE_PROFILE_KEYS) else PROFILE
 
 
 def _model(case) -> onnx.ModelProto:
@@ -54,10 +60,11 @@ def test_every_rule_has_firing_and_non_firing_cases():
 def test_rule_case(rule_id, case):
     rule = RULES[rule_id]
     model = _model(case)
-    before = analyze_model(model, profile=PROFILE)
+    profile = _profile(case)
+    before = analyze_model(model, profile=profile)
     # Float models: the rewrite itself is tested as --quantize runs it (before quantization, where the
     # guard is off: on a float model every added node is one more SW epoch until quantized).
-    res = run_engine(model, [rule], profile=PROFILE, options={"input_type": case.get("input_type", "int8")},
+    res = run_engine(model, [rule], profile=profile, options={"input_type": case.get("input_type", "int8")},
                      guard=not is_float_model(model))
     fired = [c for c in res.changes if c.rule == rule_id]
     assert bool(fired) == bool(case["fires"]), f"changes={res.changes} near_misses={res.near_misses}"
@@ -73,7 +80,7 @@ def test_rule_case(rule_id, case):
     v = verify(model, res.model, contract=contract, rules=[rule_id], io_changes=res.io_changes,
                samples=int(case.get("samples", 4)), seed=int(case.get("seed", 0)))
     assert v.ok, v.as_dict()
-    after = analyze_model(res.model, profile=PROFILE)
+    after = analyze_model(res.model, profile=profile)
     assert after.estimate.hw_ratio >= before.estimate.hw_ratio - 1e-9, (before.estimate, after.estimate)
     created = [n for n in res.model.graph.node if n.name in res.provenance]
     # the model really changed: new nodes, a new interface, fewer nodes, or new parameters

@@ -347,8 +347,11 @@ def eltwise_broadcast(node, ctx):
 
 @constraint("sub_constant_first", tag="OBS")
 def sub_constant_first(node, ctx):
-    """Sub must subtract from an activation: Sub(constant, x) ran in SW in core 2.x
-    (rewrite it as Mul(x, -1) + Add(constant))."""
+    """Sub must subtract from an activation: in an ONNX model Sub(constant, x) ran in SW (core 2.x;
+    'Sub(float)' between a DequantizeLinear and a QuantizeLinear in yolov11n 4.0.1); rewrite it as
+    Mul(x, -1) + Add(constant)."""
+    if getattr(ctx, "source_format", "onnx") == "tflite":
+        return OK  # YOLOv8 TFLite (2.0): its SUB(anchors, x) ran on the NPU
     if node.inputs and ctx.view.is_const_like(node.inputs[0]) and len(node.inputs) > 1 and not ctx.view.is_const_like(node.inputs[1]):
         return Verdict(False, f"{_q(node)} computes constant '{node.inputs[0].name}' minus an activation")
     return OK
@@ -365,15 +368,49 @@ def div_by_constant(node, ctx):
 @constraint("transpose_perm", tag="OBS")
 def transpose_perm(node, ctx):
     """A Transpose runs on the NPU as a layout change (NCHW <-> NHWC, or rank <= 3); swapping the
-    channel axis with one spatial axis (perm [0, 2, 1, 3]) ran in SW in real reports."""
+    channel axis with one spatial axis (perm [0, 2, 1, 3]) or the two spatial axes (perm [0, 1, 3, 2])
+    ran in SW in real reports (MediaPipe 2.1; YOLOv8 2.0 and yolov11n 4.0.1, hybrid there)."""
     perm = node.attrs.get("perm")
     x = node.inputs[0]
     if perm is None or x.shape is None or len(x.shape) != 4:
         return OK
     perm = [int(p) for p in perm]
     moved = [i for i, p in enumerate(perm) if p != i and not (isinstance(x.shape[p], int) and x.shape[p] == 1)]
-    if perm == [0, 2, 1, 3] and moved:
+    if perm in ([0, 2, 1, 3], [0, 1, 3, 2]) and moved:
         return Verdict(False, f"{_q(node)} has perm {perm} on shape {list(x.shape)}")
+    return OK
+
+
+@constraint("concat_equal_inputs", tag="INF")
+def concat_equal_inputs(node, ctx):
+    """A Concat along axis 1 runs on the NPU when its inputs are equally wide along it; inputs of
+    different widths made SW 'Concat' epochs in core 2.0/2.1 reports (YOLOv8 2.0: its 4 neck concats
+    256+128, 128+64, 64+128, 128+256 and its 2+2+6 tail; SSD 2.1: 5120+1280+320+80; the 14 equal-width
+    concats of the same models ran on the NPU; core 3.0 ran such concats on the NPU)."""
+    axis = node.attrs.get("axis")
+    shapes = [t.shape for t in node.inputs if t.name and not ctx.view.is_const(t)]
+    if axis is None or len(shapes) < 2 or any(s is None for s in shapes):
+        return OK
+    rank = len(shapes[0])
+    a = int(axis) % rank if rank else 0
+    if a != 1:
+        return OK  # only the channel axis (NCHW, or [batch, rows, channels] after a TFLite reshape) is evidenced
+    widths = [s[a] if a < len(s) else None for s in shapes]
+    if all(isinstance(w, int) for w in widths) and len(set(widths)) > 1:
+        return Verdict(False, f"{_q(node)} concatenates widths {widths} on axis {a}")
+    return OK
+
+
+@constraint("slice_rank3_channels", tag="INF")
+def slice_rank3_channels(node, ctx):
+    """A Slice of a rank-3 tensor along its channel axis ran in SW in core 2.0 (YOLOv8: the two
+    [1, 4, N] box slices of its decoding tail; the rank-4 slices of the same model ran on the NPU)."""
+    x = node.inputs[0].shape
+    if x is None or len(x) != 3 or len(node.inputs) < 4:
+        return OK
+    axes = ctx.view.const_value(node.inputs[3]) if node.inputs[3].name else None
+    if axes is not None and [int(a) % 3 for a in np.ravel(axes)] == [1]:
+        return Verdict(False, f"{_q(node)} slices axis 1 of the rank-3 tensor '{node.inputs[0].name}' {list(x)}")
     return OK
 
 
@@ -398,10 +435,10 @@ def pool_window(node, ctx):
     return OK
 
 
-@constraint("global_pool_size", tag="INF")
+@constraint("global_pool_size", tag="OBS")
 def global_pool_size(node, ctx):
-    """A global pool should reduce at most {global_pool_max_elems} elements per channel: a 50x11
-    global pool fell back to SW."""
+    """A global pool should reduce at most {global_pool_max_elems} elements per channel (the largest
+    seen on the NPU in real reports; larger pools are unverified)."""
     x = node.inputs[0]
     if x.shape is not None and len(x.shape) >= 3 and all(isinstance(d, int) for d in x.shape[2:]):
         n = int(np.prod(x.shape[2:]))
@@ -470,6 +507,9 @@ def resize_nearest_asymmetric(node, ctx):
             problems.append(f"coordinate_transformation_mode '{ctm}'")
         if nm != "floor":
             problems.append(f"nearest_mode '{nm}'")
+    x = node.inputs[0].shape
+    if x is not None and len(x) == 4 and list(x[2:]) == [1, 1]:
+        return OK  # upsampling a 1x1 map is a broadcast whatever the mode (fallguard: RESIZE_BILINEAR -> 'tile', HW)
     scales = resize_scales(node, ctx)
     if scales is None:
         problems.append("scales that are not constant")

@@ -19,11 +19,21 @@ The rule (kept in step with the README's "How epochs are estimated"):
    ``weights_extra_epoch_bytes`` takes one more HW epoch (INF, see the profile).
 5. Every SW node is one SW epoch, conversions included (a DequantizeLinear or QuantizeLinear that runs
    in SW is its own epoch), except the float prologue of a graph input: data movement on the float
-   input and the QuantizeLinear that ends it are one SW epoch.
+   input and the QuantizeLinear that ends it are one SW epoch. An op whose table entry has
+   ``reported_as`` is named that way (an activation x activation MatMul is reported as ``Conv``, one
+   epoch per batch slice).
+6. Lowerings (profile ``lowerings``): the compiler inserts ops of its own, each a SW epoch: nearest
+   upsampling becomes one DepthToSpace epoch (instead of a HW epoch), a ConvTranspose is followed by a
+   DepthToSpace, a dilated Conv is wrapped in SpaceToDepth -> Conv -> DepthToSpace, a Conv whose stride
+   exceeds its kernel or the native stride is preceded by a SpaceToDepth.
+7. Per core version (profile ``cores``): a SW epoch whose op the core lists in ``hybrid_ops`` (int8
+   kernel, or inserted by a lowering) is a *hybrid* epoch; with ``float_suffix`` the report names float
+   kernels ``Op(float)``.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,12 +44,18 @@ from .placement import FOLDED, HW, SW, Placement
 from .profile import TargetProfile
 
 
+HYBRID = "hybrid"
+
+
 @dataclass
 class Epoch:
     index: int
-    unit: str  # HW | SW
-    nodes: list[str] = field(default_factory=list)
+    unit: str  # HW | SW | hybrid
+    nodes: list[str] = field(default_factory=list)  # the model node(s) the epoch comes from
     ops: list[str] = field(default_factory=list)
+    reported_as: str = ""  # the op name the stedgeai report prints for a SW/hybrid epoch
+    inserted: bool = False  # an op the compiler inserts when lowering the model node(s)
+    lowering: str = ""  # the profile lowering that inserted it
 
 
 @dataclass(frozen=True)
@@ -47,21 +63,36 @@ class EpochEstimate:
     epochs: int
     sw_epochs: int
     groups: tuple[Epoch, ...]
+    hybrid_epochs: int = 0
+    core: str = ""
 
     @property
     def hw_epochs(self) -> int:
-        return self.epochs - self.sw_epochs
+        return self.epochs - self.sw_epochs - self.hybrid_epochs
 
     @property
     def hw_ratio(self) -> float:
+        """Share of epochs that are not pure SW (hybrid epochs count as offloaded, as in the reports)."""
         return 1.0 if self.epochs == 0 else (self.epochs - self.sw_epochs) / self.epochs
+
+    @property
+    def sw_ops(self) -> Counter:
+        return Counter(g.reported_as for g in self.groups if g.unit == SW)
+
+    @property
+    def hybrid_ops(self) -> Counter:
+        return Counter(g.reported_as for g in self.groups if g.unit == HYBRID)
 
     def as_dict(self) -> dict:
         return {
             "epochs": self.epochs,
             "sw_epochs": self.sw_epochs,
+            "hybrid_epochs": self.hybrid_epochs,
             "hw_epochs": self.hw_epochs,
             "hw_ratio": round(self.hw_ratio, 4),
+            "sw_ops": dict(sorted(self.sw_ops.items())),
+            "hybrid_ops": dict(sorted(self.hybrid_ops.items())),
+            "core": self.core,
         }
 
 
@@ -72,6 +103,10 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
 
     def new(unit: str, node) -> int:
         groups.append(Epoch(len(groups) + 1, unit, [node.name], [node.op]))
+        return len(groups) - 1
+
+    def inserted(op: str, node, low: str) -> int:
+        groups.append(Epoch(len(groups) + 1, SW, [node.name], [op], reported_as=op, inserted=True, lowering=low))
         return len(groups) - 1
 
     def real_users(t) -> int:
@@ -85,6 +120,9 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                 n += 1
         return n
 
+    from .placement import source_format
+
+    tflite = source_format(view.model) == "tflite"
     copies = int(profile.limits["input_copy_epochs"].value) if "input_copy_epochs" in profile.limits else 0
     big = profile.limits.get("weights_extra_epoch_bytes")
     if copies:
@@ -108,6 +146,11 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                         for o in node.outputs:
                             tensor_epoch[o.name] = tensor_epoch[t.name]
             continue
+        if p.unit == SW and node.op in ("Resize", "Upsample") and lowering_of(view, node, profile) == "upsample_nearest":
+            # nearest upsampling is lowered to DepthToSpace whatever its coordinate mode (st_yolo_x 3.0:
+            # two RESIZE_NEAREST -> two hybrid DepthToSpace, no Resize epoch)
+            inserted(profile.lowerings["upsample_nearest"].inserts[0], node, "upsample_nearest")
+            continue
         if p.unit == SW:
             if p.role == "graph-input conversion":
                 src = view.source(node.inputs[0])
@@ -116,11 +159,41 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                     groups[idx].nodes.append(node.name)
                     groups[idx].ops.append(node.op)
                     continue
-            new(SW, node)
+            rule = profile.operators.get(node.op)
+            lowered = profile.core.sw_lowered.get(node.op) if profile.core is not None else None
+            if lowered:
+                for op in lowered:
+                    idx = new(SW, node)
+                    groups[idx].ops, groups[idx].reported_as = [op], op
+                continue
+            for _ in range(_sw_slices(view, node, rule)):
+                idx = new(SW, node)
+                if rule is not None and rule.reported_as:
+                    groups[idx].reported_as = rule.reported_as
             continue
+        low = lowering_of(view, node, profile)
+        if low == "upsample_nearest":
+            idx = inserted(profile.lowerings[low].inserts[0], node, low)
+            continue  # the outputs come from a SW/hybrid epoch: nothing fuses into it
+        if low in ("dilated_conv", "conv_stride_beyond_kernel"):
+            inserted(profile.lowerings[low].inserts[0], node, low)
+        if low == "global_depthwise_decomposed":
+            kh = int(_kernel(node)[0])
+            for _ in range(-(-kh // int(profile.limit("conv_kernel_h_native")))):
+                for op in profile.lowerings[low].inserts:
+                    inserted(op, node, low)
         rule = profile.operators.get(node.op)
         kind = rule.epoch if rule else "compute"
+        if profile.core is not None and node.op in profile.core.fuse_ops:
+            kind = "fuse"
         extra = rule.extra_epochs if rule else 0
+        if low == "channel_pad":
+            first, last = profile.lowerings[low].inserts[0], profile.lowerings[low].inserts[-1]
+            inserted(first, node, low)
+            new(HW, node)  # an Identity copy, then the padding itself as a HW Conv (c_info:
+            new(HW, node)  # 'Pad_33_conv_identity' -> 'Pad_33 Node kind=Conv', face_landmark; blazeface alike)
+            inserted(last, node, low)
+            continue
         if kind == "none":
             if extra and not _absorbed(view, node):
                 for _ in range(extra):
@@ -128,6 +201,12 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                 for o in node.outputs:
                     tensor_epoch[o.name] = idx
             continue
+        prelu_copy = profile.limits.get("tflite_prelu_copy_epochs")
+        if node.op == "PRelu" and prelu_copy is not None and tflite and _feeds_conv(view, node):
+            extra += int(prelu_copy.value)
+        mul_extra = profile.limits.get("mul_activations_extra_epochs")
+        if node.op == "Mul" and mul_extra is not None and len(acts) == 2:
+            extra += int(mul_extra.value)
         if kind == "fuse":
             joined = None
             for t in acts:
@@ -147,13 +226,180 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         idx = new(HW, node)
         if big is not None and _weight_bytes(view, node) >= big.value:
             extra += 1
+        dw_extra = profile.limits.get("depthwise_decomposed_extra_epochs")
+        if dw_extra is not None and _tall_depthwise(node, profile):
+            extra += int(dw_extra.value)
         for _ in range(extra):
             idx = new(HW, node)
+        if low in ("conv_transpose", "dilated_conv"):
+            inserted(profile.lowerings[low].inserts[-1], node, low)
+            continue  # the output comes from a SW/hybrid epoch
         for o in node.outputs:
             tensor_epoch[o.name] = idx
 
+    core = profile.core
+    for g in groups:
+        if g.unit != SW:
+            continue
+        p = by_name.get(g.nodes[0])
+        base = g.reported_as or g.ops[0]
+        float_kernel = not g.inserted and p is not None and p.kernel == "float"
+        suffix = core is not None and core.float_suffix and float_kernel and base not in _NEVER_SUFFIXED
+        g.reported_as = f"{base}(float)" if suffix else base
+        if core is not None and base in core.hybrid_ops and (g.inserted or (p is not None and p.kernel == "int8")):
+            g.unit = HYBRID
+    for i, g in enumerate(groups):
+        g.index = i + 1
     sw = sum(1 for g in groups if g.unit == SW)
-    return EpochEstimate(epochs=len(groups), sw_epochs=sw, groups=tuple(groups))
+    hybrid = sum(1 for g in groups if g.unit == HYBRID)
+    return EpochEstimate(epochs=len(groups), sw_epochs=sw, groups=tuple(groups), hybrid_epochs=hybrid,
+                         core=profile.core_version)
+
+
+def lowering_unit(profile: TargetProfile, lowering: str) -> str | None:
+    """The kind of epoch (``SW`` or ``hybrid``) the ops a lowering inserts make on the profile's core,
+    or None when the profile has no such lowering."""
+    low = profile.lowerings.get(lowering)
+    if low is None:
+        return None
+    core = profile.core
+    return HYBRID if core is not None and all(op in core.hybrid_ops for op in low.inserts) else SW
+
+
+def lowering_note(profile: TargetProfile, lowering: str) -> str:
+    """One sentence for near-misses: what the compiler does with the pattern on this core."""
+    low = profile.lowerings[lowering]
+    unit = lowering_unit(profile, lowering)
+    return (f"stedgeai core {profile.core_version or '?'} lowers it with {' + '.join(low.inserts)}, "
+            f"{'a hybrid' if unit == HYBRID else 'a pure SW'} epoch [{low.tag}]")
+
+
+#: conversions the reports never mark "(float)"
+_NEVER_SUFFIXED = frozenset({"QuantizeLinear", "DequantizeLinear", "Cast"})
+
+
+def _sw_slices(view: GraphView, node, rule) -> int:
+    """SW epochs one SW node makes: one, or one per batch slice for an op the compiler lowers to
+    ``reported_as`` per slice (an activation x activation MatMul becomes one Conv per head: yolov11n,
+    2 batched MatMuls -> 4 SW Conv epochs, INF)."""
+    if rule is None or not rule.reported_as or node.op != "MatMul" or not node.outputs:
+        return 1
+    shape = node.outputs[0].shape
+    if shape is None or len(shape) < 3 or not all(isinstance(d, int) and d > 0 for d in shape[:-2]):
+        return 1
+    return max(1, int(np.prod(shape[:-2])))
+
+
+def _feeds_conv(view: GraphView, node) -> bool:
+    """Some reader of ``node``'s output, through Q/DQ and data movement, is a Conv."""
+    through = MOVEMENT_OPS | {"QuantizeLinear", "DequantizeLinear"}
+    return any(c is not None and c.op in ("Conv", "QLinearConv")
+               for o in node.outputs for c, _ in view.sinks(o, through=through))
+
+
+def _tall_depthwise(node, profile: TargetProfile) -> bool:
+    """A depthwise Conv whose kernel is taller than the native window: the compiler splits it into
+    sub-mask convolutions fed by an Identity copy."""
+    if node.op not in ("Conv", "QLinearConv") or int(node.attrs.get("group", 1)) <= 1:
+        return False
+    w = _weight(node)
+    ks = _kernel(node)
+    native = profile.limits.get("conv_kernel_h_native")
+    return (w is not None and w.shape is not None and len(w.shape) == 4 and w.shape[1] == 1 and bool(ks)
+            and isinstance(ks[0], int) and native is not None and ks[0] > native.value)
+
+
+def _nhwc(view: GraphView, node) -> bool:
+    """True when ``node`` works on NHWC data: a TFLite import places its ops before the layout Transpose
+    (perm [0, 3, 1, 2]) that turns the input to NCHW."""
+    for c, _ in view.sinks(node.outputs[0], through=frozenset({"QuantizeLinear", "DequantizeLinear"})):
+        if c is not None and c.op == "Transpose" and [int(p) for p in c.attrs.get("perm", [])] == [0, 3, 1, 2]:
+            return True
+    return False
+
+
+def _weight(node):
+    i = 3 if node.op.startswith("QLinear") else 1
+    return node.inputs[i] if len(node.inputs) > i else None
+
+
+def _kernel(node) -> list:
+    w = _weight(node)
+    return list(node.attrs.get("kernel_shape") or (w.shape[2:] if w is not None and w.shape is not None else []))
+
+
+def _ints(v, n: int, default: int) -> list[int]:
+    out = [int(x) for x in v] if v is not None else []
+    return out if len(out) == n else [default] * n
+
+
+def lowering_of(view: GraphView, node, profile: TargetProfile) -> str | None:
+    """Which of the profile's lowerings stedgeai applies to this HW node (None: none).
+
+    ``upsample_nearest``: a nearest Resize/Upsample with integer scales > 1 on the spatial axes;
+    ``conv_transpose``: a ConvTranspose with stride > 1; ``dilated_conv``: a Conv with a dilation > 1;
+    ``conv_stride_beyond_kernel``: a Conv whose stride exceeds its kernel or ``conv_stride_native``;
+    ``channel_pad``: a rank-4 Pad on the channel axis (Transpose -> Pad -> Transpose);
+    ``global_depthwise_decomposed``: a depthwise Conv taller than the native kernel over its whole input.
+    """
+    lows = profile.lowerings
+    if not lows:
+        return None
+    op = node.op
+    if op in ("Resize", "Upsample") and "upsample_nearest" in lows:
+        from .constraints import resize_scales
+
+        mode = node.attrs.get("mode", "nearest")
+        mode = mode.decode() if isinstance(mode, bytes) else mode
+        x = node.inputs[0].shape
+        if x is not None and len(x) == 4 and list(x[2:]) == [1, 1]:
+            return None  # a broadcast of one pixel: a HW 'tile' (fallguard SSD, OBS)
+        if mode == "nearest":
+            ctx = type("_Ctx", (), {"view": view})()
+            scales = resize_scales(node, ctx)
+            if scales and len(scales) >= 3 and any(s > 1 for s in scales[2:]):
+                return "upsample_nearest"
+        return None
+    if op == "ConvTranspose" and "conv_transpose" in lows:
+        strides = node.attrs.get("strides")
+        if strides is not None and any(int(s) > 1 for s in strides):
+            return "conv_transpose"
+        return None
+    if op == "Pad" and "channel_pad" in lows:
+        pads = node.attrs.get("pads")
+        if pads is None and len(node.inputs) > 1 and node.inputs[1].name:
+            v = view.const_value(node.inputs[1])
+            pads = None if v is None else [int(x) for x in np.ravel(v)]
+        x = node.inputs[0].shape
+        c = 3 if _nhwc(view, node) else 1
+        if pads is not None and x is not None and len(x) == 4 and len(pads) == 8 and (int(pads[c]) or int(pads[c + 4])):
+            return "channel_pad"
+        return None
+    if op not in ("Conv", "QLinearConv"):
+        return None
+    w = _weight(node)
+    ks = _kernel(node)
+    if not ks:
+        return None
+    n = len(ks)
+    dil = _ints(node.attrs.get("dilations"), n, 1)
+    if any(d > 1 for d in dil) and "dilated_conv" in lows:
+        return "dilated_conv"
+    group = int(node.attrs.get("group", 1))
+    x, y = node.inputs[0].shape, node.outputs[0].shape if node.outputs else None
+    if ("global_depthwise_decomposed" in lows and group > 1 and w is not None and w.shape is not None
+            and len(w.shape) == 4 and w.shape[1] == 1 and isinstance(ks[0], int)
+            and ks[0] > profile.limits["conv_kernel_h_native"].value
+            and x is not None and len(x) == 4 and list(x[2:]) == [int(k) for k in ks]
+            and y is not None and len(y) == 4 and list(y[2:]) == [1, 1]):
+        return "global_depthwise_decomposed"
+    strides = _ints(node.attrs.get("strides"), n, 1)
+    native = profile.limits.get("conv_stride_native")
+    if "conv_stride_beyond_kernel" in lows and any(
+        s > max(int(k), 1) or (native is not None and s > native.value) for s, k in zip(strides, ks) if isinstance(k, int)
+    ):
+        return "conv_stride_beyond_kernel"
+    return None
 
 
 def _first_readers(view: GraphView, t) -> list:

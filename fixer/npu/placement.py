@@ -10,9 +10,14 @@ The model works on the ONNX graph stedgeai would read:
    *every* failing requirement.
 3. A SW op runs with an int8 kernel when the profile lists one for it and its inputs and outputs are
    quantized; otherwise it runs in float, and the conversions around it become SW epochs too.
-4. QuantizeLinear/DequantizeLinear are folded between quantized ops. They run in SW at float graph
-   edges (a QuantizeLinear fed by a float graph input, a DequantizeLinear producing a graph output)
-   and around float SW ops.
+4. QuantizeLinear/DequantizeLinear are folded between quantized ops. They run in SW around float SW
+   ops, and at float graph edges as the stedgeai options say: an ONNX model's input QuantizeLinear
+   and ``Q -> DQ -> output`` are dropped by default (int8 I/O) and kept with
+   ``--input-data-type``/``--output-data-type float32``; a TFLite model's float edges are SW unless
+   those options give an integer type.
+5. Nodes computed from constants only are evaluated at compile time; the layout Transposes a TFLite
+   import inserts (``nafix.tflite.layout``) are not in the compiled graph.
+6. Per stedgeai core version (``profile.core``) some constraints do not apply (``constraints_off``).
 """
 
 from __future__ import annotations
@@ -97,6 +102,8 @@ class QuantDomain:
         self.view = view
         self.profile = profile
         self.strict = strict
+        #: ONNX QDQ: only tensors a Q/DQ touches have quantization parameters (not a TFLite import)
+        self.onnx_qparams = source_format(view.model) != "tflite"
         passthrough = {op for op, r in profile.operators.items() if r.tier in ("hw", "movement")}
         passthrough |= set(profile.sw_int8_kernels) | MOVEMENT_OPS
         self._pass = frozenset(passthrough) if not strict else frozenset(MOVEMENT_OPS)
@@ -169,7 +176,15 @@ class QuantDomain:
                 continue
             fused = (self.strict and producer is not None and producer.op in self._hw_ops
                      and self._epilogue(c, t))
-            if (c.op in self._pass or fused) and c.op != "DequantizeLinear":
+            if (self.strict and self.onnx_qparams and c.op in MOVEMENT_OPS and producer is not None
+                    and producer.op not in MOVEMENT_OPS and producer.op not in QDQ_OPS):
+                # A computed tensor quantized only after a Reshape/Flatten has no quantization parameters
+                # of its own: stedgeai runs its producer in float (MobileNetV2 4.0.1: DQ -> ReduceMean ->
+                # Reshape -> Q became SW DequantizeLinear, GlobalAveragePool(float), QuantizeLinear; OBS).
+                # A TFLite tensor carries its own quantization: the same MEAN -> Reshape ran on the NPU
+                # (magnus baselines, rppg).
+                ok = False
+            elif (c.op in self._pass or fused) and c.op != "DequantizeLinear":
                 if not all(self._sunk[o.name] if o.name in self._sunk else self._sunk_of(o)
                            for o in c.outputs if o.name):
                     ok = False
@@ -219,6 +234,7 @@ class PlacementContext:
     domain: QuantDomain
     oe_export: bool
     values: dict
+    source_format: str = "onnx"
 
 
 def is_oe_export(model: onnx.ModelProto) -> bool:
@@ -230,17 +246,27 @@ def is_oe_export(model: onnx.ModelProto) -> bool:
 def place(view: GraphView, profile: TargetProfile) -> Placement:
     """Place every node of ``view`` on HW, SW or folded, with reasons."""
     oe = is_oe_export(view.model)
-    ctx = PlacementContext(view, profile, QuantDomain(view, profile, strict=not oe), oe, profile.values())
+    ctx = PlacementContext(view, profile, QuantDomain(view, profile, strict=not oe), oe, profile.values(),
+                           source_format(view.model))
     result: dict[str, NodePlacement] = {}
     model_findings: list[Reason] = []
 
+    layout = _import_layout_nodes(view.model)
+    const_derived = _const_derived(view)
     for node in view.nodes:
+        if node.name in const_derived:
+            result[node.name] = NodePlacement(node.name, node.op, FOLDED, role="evaluated at compile time")
+            continue
         if node.op in QDQ_OPS:
+            continue
+        if node.name in layout:
+            result[node.name] = NodePlacement(node.name, node.op, FOLDED, role="layout change of the TFLite import "
+                                              "(the compiler reads the NHWC TFLite graph: no such op)")
             continue
         result[node.name] = _place_node(node, ctx)
 
     for node in view.nodes:
-        if node.op in QDQ_OPS:
+        if node.op in QDQ_OPS and node.name not in const_derived:
             result[node.name] = _place_qdq(node, ctx, result)
 
     nodes = [result[n.name] for n in view.nodes]
@@ -299,7 +325,10 @@ def _place_node(node: gs.Node, ctx: PlacementContext) -> NodePlacement:
         return NodePlacement(node.name, node.op, SW, (r,), kernel=_kernel(node, ctx, ()))
     failing: list[Reason] = []
     notes: list[Reason] = []
+    off = profile.core.constraints_off if profile.core is not None else frozenset()
     for cid in GENERIC + rule.constraints + HAZARDS:
+        if cid in off:
+            continue
         c = REGISTRY[cid]
         v = c.func(node, ctx)
         if v.ok:
@@ -354,6 +383,8 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
         return NodePlacement(node.name, node.op, FOLDED, role="weights")
     if node.op == "QuantizeLinear":
         src = view.source(x)
+        if src is None and view.is_graph_input(view.source_tensor(x)) and not _edge_conversion_kept(ctx, "input"):
+            return NodePlacement(node.name, node.op, FOLDED, role=_EDGE_DROPPED["input"])
         if src is None and view.is_graph_input(view.source_tensor(x)) or src is not None and src.op == "Transpose" and _float_prologue(src, view):
             return _conversion(node, "graph_edge_quantize", EDGE_QUANTIZE,
                                f"'{label}' quantizes the float graph input '{_prologue_input(x, view).name}'",
@@ -368,6 +399,10 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
     for c, t in view.sinks(node.outputs[0]):
         if c is not None and c.name in placed and placed[c.name].unit == SW and placed[c.name].kernel == "float":
             float_users.append(c.name)
+    direct = view.is_graph_output(node.outputs[0]) and (
+        ctx.source_format == "tflite" or view.producer(x) is not None and view.producer(x).op == "QuantizeLinear")
+    if direct and not float_users and not _edge_conversion_kept(ctx, "output"):
+        return NodePlacement(node.name, node.op, FOLDED, role=_EDGE_DROPPED["output"])
     if to_output:
         return _conversion(node, "graph_edge_dequantize", EDGE_DEQUANTIZE,
                            f"'{label}' dequantizes into the graph output", "graph-output conversion")
@@ -376,6 +411,66 @@ def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlace
                            f"'{label}' feeds float SW op(s) {', '.join(repr(u) for u in float_users[:2])}",
                            "conversion")
     return NodePlacement(node.name, node.op, FOLDED, role="dequantization (folded)")
+
+
+_EDGE_DROPPED = {
+    "input": "graph-input conversion (dropped by stedgeai: the input becomes integer)",
+    "output": "graph-output conversion (dropped by stedgeai: the output stays integer)",
+}
+
+
+def _const_derived(view: GraphView) -> frozenset[str]:
+    """Non-QDQ nodes computed from constants only, looking through Q/DQ of constants, and the Q/DQ
+    between them: the compiler evaluates them at compile time (fallguard SSD: its anchor boxes, TILE ->
+    RESHAPE -> CONCATENATION of constants, made no epoch; OBS)."""
+    out: set[str] = set()
+    derived: set[str] = set()  # tensors computed from constants only
+    for node in view.nodes:
+        ins = [t for t in node.inputs if t.name]
+        if not ins:
+            continue
+        if all(isinstance(t, gs.Constant) or t.name in derived or view.is_const(t) for t in ins):
+            derived.update(o.name for o in node.outputs)
+            if node.op not in QDQ_OPS or any(t.name in derived for t in ins):
+                out.add(node.name)  # (a weight's own Q/DQ stays visible: placed as 'weights')
+    return frozenset(out)
+
+
+def _import_layout_nodes(model: onnx.ModelProto) -> frozenset[str]:
+    """Names of the layout Transposes an importer inserted (``nafix.tflite.layout`` on the node)."""
+    out = set()
+    for n in model.graph.node:
+        if n.op_type == "Transpose" and ("nafix.tflite.layout" in n.doc_string
+                                         or any(p.key == "nafix.tflite.layout" for p in n.metadata_props)):
+            out.add(n.name)
+    return frozenset(out)
+
+
+def source_format(model: onnx.ModelProto) -> str:
+    """``tflite`` for a model nafix imported from TFLite (metadata ``nafix.source_format``), else ``onnx``."""
+    for p in model.metadata_props:
+        if p.key == "nafix.source_format":
+            return p.value.strip().lower() or "onnx"
+    return "onnx"
+
+
+def _edge_conversion_kept(ctx: PlacementContext, edge: str) -> bool:
+    """Whether stedgeai keeps the float->int8 QuantizeLinear of a graph input (``edge="input"``) or the
+    int8->float DequantizeLinear of a graph output as a SW epoch, per the stedgeai options (OBS, NEURAL_ART.md s7):
+
+    - ONNX QDQ model: a QuantizeLinear reading the graph input and a ``QuantizeLinear -> DequantizeLinear
+      -> output`` are dropped by default (the I/O become int8); kept with ``--input-data-type float32`` /
+      ``--output-data-type float32`` (MobileFaceNet: a SW QuantizeLinear with the option, none without;
+      a face detector's 12 ``Q -> DQ -> output`` made none). A conversion behind a Transpose stays SW
+      (MoveNet ``Q -> Transpose -> DQ -> output``, YAMNet ``input -> Transpose -> Q``);
+    - TFLite model: a float input's QUANTIZE and each float output's DEQUANTIZE are SW epochs unless
+      ``--input-data-type``/``--output-data-type`` give an integer type (face_landmark: float I/O 3 SW
+      conversions, none with ``uint8``/``int8``).
+    """
+    opt = ctx.profile.option_value("--input-data-type" if edge == "input" else "--output-data-type")
+    if ctx.source_format == "tflite":
+        return opt in (None, "float32")
+    return opt == "float32"
 
 
 def _feeds_graph_output(t: gs.Tensor, view: GraphView) -> bool:

@@ -38,6 +38,45 @@ class OpRule:
     constraints: tuple[str, ...] = ()
     why: str = ""
     extra_epochs: int = 0
+    reported_as: str = ""  # the name the report prints for this op's SW epochs (default: the op type)
+
+
+@dataclass(frozen=True)
+class CoreFacts:
+    """What differs between ST Edge AI Core versions (the profile's ``cores`` section)."""
+
+    version: str  # "2.2"
+    hybrid_ops: frozenset[str] = frozenset()  # SW ops that this core runs as hybrid (SW + HW) epochs
+    float_suffix: bool = False  # the report names float SW kernels "Op(float)"
+    sw_lowered: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # a SW op run as these SW epochs
+    limits: Mapping[str, float] = field(default_factory=dict)  # limit values this core changes
+    constraints_off: frozenset[str] = frozenset()  # constraints this core no longer has
+    fuse_ops: frozenset[str] = frozenset()  # HW ops this core fuses into the epoch before them (epoch: fuse)
+    tag: str = "OBS"
+    source: str = ""
+
+    def key(self) -> tuple[int, ...]:
+        return version_key(self.version)
+
+
+@dataclass(frozen=True)
+class Lowering:
+    """An op stedgeai inserts when it lowers a pattern (e.g. DepthToSpace for nearest upsampling)."""
+
+    name: str
+    inserts: tuple[str, ...]
+    tag: str
+    source: str
+
+
+def version_key(text: str) -> tuple[int, ...]:
+    """``"4.0.1-20581"`` -> ``(4, 0, 1)``."""
+    out = []
+    for part in text.strip().lstrip("vV").split("-")[0].split("."):
+        if not part.isdigit():
+            break
+        out.append(int(part))
+    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -50,6 +89,23 @@ class TargetProfile:
     sw_int8_kernels: frozenset[str]
     sw_int8_tag: str
     options: frozenset[str] = field(default_factory=frozenset)
+    core: "CoreFacts | None" = None
+    cores: tuple["CoreFacts", ...] = ()
+    lowerings: Mapping[str, "Lowering"] = field(default_factory=dict)
+    base_limits: Mapping[str, Limit] | None = None  # the limits before a core's own values were applied
+
+    def option_value(self, name: str) -> str | None:
+        """The value given to a stedgeai option that takes one (``--input-data-type float32`` ->
+        ``float32``), or None when the option was not given."""
+        for opt in self.options:
+            key, _, value = opt.partition(" ")
+            if key == name and value:
+                return value
+        return None
+
+    @property
+    def core_version(self) -> str:
+        return self.core.version if self.core is not None else ""
 
     def limit(self, name: str) -> float | int:
         try:
@@ -105,8 +161,11 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         extra = entry.get("extra_epochs", 0)
         if not isinstance(extra, int) or extra < 0:
             raise ProfileError(f"{path}: '{where}.extra_epochs' must be a non-negative integer.")
-        operators[str(op)] = OpRule(str(op), tier, epoch, tag, cons, str(entry.get("why", "")), extra)
+        operators[str(op)] = OpRule(str(op), tier, epoch, tag, cons, str(entry.get("why", "")), extra,
+                                    str(entry.get("reported_as", "") or ""))
     k = data.get("sw_int8_kernels") or {}
+    cores, default_core = _parse_cores(data.get("cores"), path)
+    lowerings = _parse_lowerings(data.get("lowerings"), path)
     return TargetProfile(
         name=name,
         description=str(data.get("description", "")),
@@ -116,14 +175,125 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         sw_int8_kernels=frozenset(k.get("ops", ())),
         sw_int8_tag=str(k.get("tag", "INF")),
         options=options,
+        core=default_core,
+        cores=cores,
+        lowerings=lowerings,
     )
 
 
-def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = frozenset()) -> TargetProfile:
+def _parse_cores(data: Any, path: str) -> tuple[tuple[CoreFacts, ...], CoreFacts | None]:
+    if not data:
+        return (), None
+    if not isinstance(data, Mapping) or not isinstance(data.get("versions"), Mapping):
+        raise ProfileError(f"{path}: 'cores' must be a mapping with 'default' and 'versions'.")
+    out = []
+    for ver, entry in data["versions"].items():
+        where = f"cores.versions.{ver}"
+        entry = entry or {}
+        if not isinstance(entry, Mapping) or not version_key(str(ver)):
+            raise ProfileError(f"{path}: '{where}' must be a version X.Y mapping to its facts.")
+        tag = _choice(entry, "tag", where, path, TAGS, "OBS")
+        lowered = {str(k): tuple(str(x) for x in v) for k, v in (entry.get("sw_lowered") or {}).items()}
+        lims = dict(entry.get("limits") or {})
+        out.append(CoreFacts(str(ver), frozenset(entry.get("hybrid_ops", ()) or ()), bool(entry.get("float_suffix", False)),
+                             lowered, lims, frozenset(entry.get("constraints_off", ()) or ()),
+                             frozenset(entry.get("fuse_ops", ()) or ()), tag, str(entry.get("source", ""))))
+    out.sort(key=CoreFacts.key)
+    default = str(data.get("default", out[-1].version))
+    chosen = next((c for c in out if c.version == default), None)
+    if chosen is None:
+        raise ProfileError(f"{path}: 'cores.default' is {default}, which is not one of the listed versions.")
+    return tuple(out), chosen
+
+
+def _parse_lowerings(data: Any, path: str) -> dict[str, Lowering]:
+    out: dict[str, Lowering] = {}
+    for name, entry in (data or {}).items():
+        where = f"lowerings.{name}"
+        if not isinstance(entry, Mapping) or "inserts" not in entry:
+            raise ProfileError(f"{path}: '{where}' must be a mapping with inserts, tag and source.")
+        ins = entry["inserts"]
+        ins = (ins,) if isinstance(ins, str) else tuple(str(x) for x in ins)
+        out[str(name)] = Lowering(str(name), ins, _choice(entry, "tag", where, path, TAGS), str(entry.get("source", "")))
+    return out
+
+
+def select_core(profile: TargetProfile, core: str | None) -> TargetProfile:
+    """The profile with the facts of stedgeai core ``core`` (``X.Y`` or ``X.Y.Z``): the newest listed
+    version not newer than it. ``None`` keeps the default (the newest core in the profile data)."""
+    if core is None or not profile.cores:
+        return profile
+    want = version_key(core)
+    if not want:
+        raise ProfileError(f"--core '{core}' is not a version; give X.Y (e.g. 2.2 or 4.0).")
+    padded = want + (10**6,) * max(0, 2 - len(want))  # "--core 4": the newest 4.x
+    fits = [c for c in profile.cores if c.key() <= padded]
+    same_major = [c for c in fits if c.key()[0] == want[0]]
+    if not same_major:
+        known = ", ".join(c.version for c in profile.cores)
+        raise ProfileError(f"--core {core}: target profile '{profile.name}' knows stedgeai core {known}.")
+    return with_core(profile, same_major[-1])
+
+
+def with_core(profile: TargetProfile, core: CoreFacts) -> TargetProfile:
+    """``profile`` with ``core`` selected and the limits that core changes applied."""
+    from dataclasses import replace
+
+    base = profile.base_limits if profile.base_limits is not None else profile.limits
+    limits = dict(base)
+    for key, value in core.limits.items():
+        if key in limits:
+            limits[key] = Limit(key, value, core.tag, f"core {core.version}: {core.source}")
+    return replace(profile, core=core, limits=limits, base_limits=base)
+
+
+def normalize_options(raw) -> frozenset[str]:
+    """stedgeai options as given to --stedgeai-option, one option with its value per entry
+    (``'--input-data-type float32'``, ``--input-data-type=float32``), normalized to ``'--opt value'``."""
+    import shlex
+
+    out: set[str] = set()
+    for item in raw or ():
+        try:
+            tokens = shlex.split(str(item).replace("=", " ", 1) if str(item).startswith("--") and "=" in str(item) else str(item))
+        except ValueError as exc:
+            raise ProfileError(f"--stedgeai-option {item!r} cannot be read: {exc}.") from None
+        i = 0
+        while i < len(tokens):
+            tok = tokens[i]
+            if tok in VALUE_OPTIONS:
+                if i + 1 >= len(tokens):
+                    raise ProfileError(
+                        f"--stedgeai-option {tok} needs its value in the same argument, e.g. "
+                        f"--stedgeai-option='{tok} {VALUE_OPTIONS[tok][0]}'.")
+                val = tokens[i + 1]
+                if val.lower() not in VALUE_OPTIONS[tok]:
+                    raise ProfileError(f"--stedgeai-option {tok} {val}: use one of {', '.join(VALUE_OPTIONS[tok])}.")
+                out.add(f"{tok} {val.lower()}")
+                i += 2
+                continue
+            out.add(tok)
+            i += 1
+    return frozenset(out)
+
+
+def option_args(options) -> list[str]:
+    """The options as stedgeai command-line arguments (values split off), in a stable order."""
+    args: list[str] = []
+    for opt in sorted(options):
+        args.extend(opt.split(" ", 1))
+    return args
+
+
+def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = frozenset(),
+                 core: str | None = None) -> TargetProfile:
     """Load a target profile by built-in name (``stm32n6``) or from a YAML file path.
 
-    ``options`` are stedgeai options that change placement (``--expand-softmax``, ...).
+    ``options`` are stedgeai options that change placement (``--expand-softmax``,
+    ``--input-data-type float32``, ...); ``core`` the stedgeai core version (default: the newest in
+    the profile data).
     """
+    options = normalize_options(options)
     spec = spec or "stm32n6"
     p = Path(spec)
     if p.suffix in (".yaml", ".yml") or p.exists():
@@ -141,13 +311,24 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ProfileError(f"{where}: not valid YAML ({exc}).") from None
-    unknown = set(options) - KNOWN_OPTIONS
+    unknown = {o for o in options if o.split(" ", 1)[0] not in KNOWN_OPTIONS}
     if unknown:
         raise ProfileError(
             f"unknown stedgeai option(s) {', '.join(sorted(unknown))}; nafix models {', '.join(sorted(KNOWN_OPTIONS))}."
         )
-    return parse_profile(data, where, options=options)
+    prof = parse_profile(data, where, options=options)
+    if prof.core is not None:
+        prof = with_core(prof, prof.core)
+    return select_core(prof, core)
 
 
-#: stedgeai/atonn options that change where ops run (NEURAL_ART.md s1, 3P).
-KNOWN_OPTIONS = frozenset({"--expand-softmax", "--GELU-recognition", "--SWISH-recognition"})
+#: stedgeai options that take a value, with the values nafix models (NEURAL_ART.md s7, OBS).
+VALUE_OPTIONS = {
+    "--input-data-type": ("float32", "int8", "uint8"),
+    "--output-data-type": ("float32", "int8", "uint8"),
+    "--inputs-ch-position": ("chfirst", "chlast"),
+    "--outputs-ch-position": ("chfirst", "chlast"),
+}
+#: stedgeai/atonn options that change where ops run (NEURAL_ART.md s1, s7).
+KNOWN_OPTIONS = frozenset({"--expand-softmax", "--GELU-recognition", "--SWISH-recognition", "--no-inputs-allocation",
+                           "--no-outputs-allocation"}) | frozenset(VALUE_OPTIONS)

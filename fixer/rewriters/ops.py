@@ -571,13 +571,21 @@ def depth_to_space(match: Match, ed: Editor) -> RewriteResult:
     tensor rank 4 (the textbook Reshape/Transpose equivalent needs rank 6). Exact in float; in a QDQ
     model the weights are int8 ones with scale 1 and the DepthToSpace's own input and output
     quantization is kept. CRD mode uses one group per output channel (b*b weights per group); DCR
-    interleaves channels, so its ConvTranspose is dense (C_in x C_out one-hot weights)."""
+    interleaves channels, so its ConvTranspose is dense (C_in x C_out one-hot weights). Not applied
+    when the target profile knows that stedgeai lowers a strided ConvTranspose back to a DepthToSpace
+    (the built-in STM32N6 profile, every core): kept for profiles without that lowering."""
     view, d2s = match.view, match.node
     x, y = d2s.inputs[0], d2s.outputs[0]
+    b = int(d2s.attrs.get("blocksize", 0))
+    from ..npu.estimate import lowering_note
+
+    if b > 1 and "conv_transpose" in match.profile.lowerings:
+        raise NearMiss(f"{_q(d2s)}: a stride-{b} ConvTranspose is no way out: "
+                       f"{lowering_note(match.profile, 'conv_transpose')} (NEURAL_ART.md s7), the DepthToSpace this "
+                       f"rewrite removes plus a HW epoch.")
     xs = _static(x)
     if xs is None or len(xs) != 4:
         raise NearMiss(f"{_q(d2s)} has an input of unknown shape or rank other than 4.")
-    b = int(d2s.attrs.get("blocksize", 0))
     mode = str(_attr(d2s, "mode", "DCR")).upper()
     if b < 1 or xs[1] % (b * b):
         raise NearMiss(f"{_q(d2s)}: {xs[1]} channels are not a multiple of blocksize^2 = {b * b}.")

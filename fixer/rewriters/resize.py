@@ -222,7 +222,9 @@ def bilinear_resize_to_conv_transpose(match: Match, ed: Editor) -> RewriteResult
     """Rebuilds a bilinear (linear) Resize of an NCHW tensor by integer factors as a depthwise
     ConvTranspose (group = channels, stride = factor) with a fixed separable triangular kernel, the
     border clamping reproduced by replicating the edge rows and columns with Slice + Concat (cropped by
-    the ConvTranspose pads). align_corners is rebuilt when the output size is k*(in-1)+1, or with a
+    the ConvTranspose pads). stedgeai lowers a strided ConvTranspose with an inserted DepthToSpace: the
+    rewrite applies only on a core that runs it as a hybrid epoch (3.x/4.x), never where it would be a
+    SW epoch as well (2.x). align_corners is rebuilt when the output size is k*(in-1)+1, or with a
     strided Slice after the ConvTranspose when the sampling step (in-1)/(out-1) = p/q has p <=
     max_align_corners_step. A resize of single pixels (or an identity) becomes the nearest/asymmetric/
     floor Resize the NPU runs. In QDQ models the kernel is int8 with a scale that makes every weight
@@ -273,6 +275,13 @@ def bilinear_resize_to_conv_transpose(match: Match, ed: Editor) -> RewriteResult
     if opset >= 11 and all(p.kind in ("copy", "box") for p in plans):
         return _as_nearest(node, ed, ph, pw, out_shape, fdtype, what)
 
+    from ..npu.estimate import SW, lowering_note, lowering_unit
+
+    if (ph.stride > 1 or pw.stride > 1) and lowering_unit(match.profile, "conv_transpose") == SW:
+        raise NearMiss(f"'{label}': the depthwise ConvTranspose (stride {ph.stride}x{pw.stride}) replacing it would "
+                       f"not leave SW: {lowering_note(match.profile, 'conv_transpose')} (NEURAL_ART.md s7), so the SW "
+                       f"Resize would become a SW DepthToSpace plus a HW epoch; on a core that runs DepthToSpace as a "
+                       f"hybrid epoch (--core 3.0 or later) the rewrite applies.")
     limit = int(match.profile.limit("channel_chunk_max"))
     if not channel_split_ok(n_ch, limit):
         raise NearMiss(f"'{label}' has {n_ch} channels: the depthwise ConvTranspose replacing it would have {n_ch} "

@@ -1,0 +1,376 @@
+"""``nafix calibrate PAIRS_DIR``: the placement model against real stedgeai reports.
+
+A pairs folder holds one sub-folder per (model, reports) pair. For every report found in a pair
+folder, the core version and the placement options are read from the report itself (its
+``ST Edge AI Core vX.Y.Z`` line and its ``Parameters`` / command line), the model the report was
+made from is found (by the report's ``model_hash``, by its model file name, or as the folder's only
+model), and the model is estimated with exactly those settings. Each row compares the real and the
+estimated epochs, SW epochs, hybrid epochs and the multisets of SW / hybrid op names.
+
+Adding a pair is dropping a folder: no code or list names the pairs. No printing here (the CLI
+renders the rows).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import InputError, NafixError
+
+log = logging.getLogger(__name__)
+
+#: Target of the calibration (issue 10): equal SW op multisets (and hybrid ops for core >= 3) and
+#: an estimated epoch total within this fraction of the report's.
+EPOCH_TOLERANCE = 0.10
+MODEL_SUFFIXES = (".onnx", ".tflite")
+_SKIP_NAMES = ("source.txt", "readme.md", "license.txt")
+_LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ \[\w+\] [\w.:]+ - ?", re.M)
+_MODEL_HASH = re.compile(r"model_hash\s*:\s*0x([0-9a-fA-F]{32})")
+_MODEL_FILE = re.compile(r"^\s*model file\s*:\s*(\S.*?)\s*$", re.I | re.M)
+_MODEL_OPT = re.compile(r"(?:^|\s)(?:-m|--model)\s+(\S+)")
+_TICKED = re.compile(r"`([^`]+\.(?:onnx|tflite))`")
+_PATHS = re.compile(r"(\.\./[\w./-]+\.(?:onnx|tflite))")
+
+
+@dataclass
+class CalibrationRow:
+    """One report of one pair: the real figures, the estimate made with the report's settings."""
+
+    pair: str
+    report: str  # path relative to the pairs folder
+    model: str | None = None
+    core: str = ""
+    options: tuple[str, ...] = ()
+    real_epochs: int = 0
+    real_sw: int = 0
+    real_hybrid: int | None = None
+    real_sw_ops: Counter = field(default_factory=Counter)
+    real_hybrid_ops: Counter = field(default_factory=Counter)
+    est_epochs: int | None = None
+    est_sw: int | None = None
+    est_hybrid: int | None = None
+    est_sw_ops: Counter = field(default_factory=Counter)
+    est_hybrid_ops: Counter = field(default_factory=Counter)
+    status: str = "ok"  # ok | off | cannot import yet | no model | error
+    note: str = ""
+    runs: int = 1  # identical reports (same model, core, options, figures) folded into this row
+
+    @property
+    def estimated(self) -> bool:
+        return self.est_epochs is not None
+
+    @property
+    def ops_listed(self) -> bool:
+        """False when the report gives the SW counter but no per-epoch op names (a summary only)."""
+        return sum(self.real_sw_ops.values()) == self.real_sw
+
+    def sw_diff(self) -> list[str]:
+        return _diff(self.est_sw_ops, self.real_sw_ops)
+
+    def hybrid_diff(self) -> list[str]:
+        return _diff(self.est_hybrid_ops, self.real_hybrid_ops)
+
+    @property
+    def epoch_error(self) -> float | None:
+        if self.est_epochs is None or not self.real_epochs:
+            return None
+        return (self.est_epochs - self.real_epochs) / self.real_epochs
+
+    def failed(self) -> dict[str, str]:
+        """What misses the target, by kind (``sw_ops``, ``sw_epochs``, ``hybrid_ops``, ``epochs``, or
+        the status of a row that could not be estimated); empty: on target."""
+        if not self.estimated:
+            return {"not_estimated": self.status}
+        out: dict[str, str] = {}
+        if self.ops_listed and self.sw_diff():
+            out["sw_ops"] = "SW ops differ: " + " ".join(self.sw_diff())
+        if not self.ops_listed and self.est_sw != self.real_sw:
+            out["sw_epochs"] = f"SW epochs {self.est_sw} vs {self.real_sw}"
+        if self.real_hybrid is not None and self.hybrid_diff():
+            out["hybrid_ops"] = "hybrid ops differ: " + " ".join(self.hybrid_diff())
+        err = self.epoch_error
+        if err is not None and abs(err) > EPOCH_TOLERANCE:
+            out["epochs"] = f"epochs {self.est_epochs} vs {self.real_epochs} ({err:+.0%})"
+        return out
+
+    def failures(self) -> list[str]:
+        """Why the row misses the target, as sentences (empty: on target)."""
+        return list(self.failed().values())
+
+    def as_dict(self) -> dict:
+        return {
+            "pair": self.pair, "report": self.report, "model": self.model, "core": self.core,
+            "options": list(self.options), "runs": self.runs, "status": self.status, "note": self.note,
+            "real": {"epochs": self.real_epochs, "sw_epochs": self.real_sw, "hybrid_epochs": self.real_hybrid,
+                     "sw_ops": dict(sorted(self.real_sw_ops.items())),
+                     "hybrid_ops": dict(sorted(self.real_hybrid_ops.items()))},
+            "estimated": None if not self.estimated else {
+                "epochs": self.est_epochs, "sw_epochs": self.est_sw, "hybrid_epochs": self.est_hybrid,
+                "sw_ops": dict(sorted(self.est_sw_ops.items())),
+                "hybrid_ops": dict(sorted(self.est_hybrid_ops.items()))},
+            "sw_ops_diff": self.sw_diff() if self.estimated else [],
+            "hybrid_ops_diff": self.hybrid_diff() if self.estimated else [],
+            "on_target": self.estimated and not self.failures(),
+            "failures": self.failures(),
+        }
+
+
+def _diff(est: Counter, real: Counter) -> list[str]:
+    extra = est - real
+    missing = real - est
+    return ([f"+{op}" + (f"x{n}" if n > 1 else "") for op, n in sorted(extra.items())]
+            + [f"-{op}" + (f"x{n}" if n > 1 else "") for op, n in sorted(missing.items())])
+
+
+def clean_report_text(text: str) -> str:
+    """A console log as a report: log-line prefixes removed, blank lines inside tables dropped."""
+    text = _LOG_PREFIX.sub("", text)
+    return "\n".join(line for line in text.splitlines() if line.strip())
+
+
+def core_of(version: str | None) -> str:
+    """``"4.0.1-20581"`` -> ``"4.0.1"`` (the placement facts are selected by X.Y)."""
+    if not version:
+        return ""
+    return version.strip().lstrip("vV").split("-")[0]
+
+
+def placement_options(command: str | None) -> tuple[str, ...]:
+    """The stedgeai options of a report's command line that change placement, one entry each with
+    its value (``'--input-data-type float32'``)."""
+    from .npu.profile import KNOWN_OPTIONS, VALUE_OPTIONS
+
+    if not command:
+        return ()
+    tokens = command.split()
+    out: list[str] = []
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
+        key, eq, val = tok.partition("=")
+        if key in VALUE_OPTIONS:
+            value = val if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
+            if value.lower() in VALUE_OPTIONS[key]:
+                out.append(f"{key} {value.lower()}")
+            i += 1 if eq else 2
+            continue
+        if tok in KNOWN_OPTIONS:
+            out.append(tok)
+        i += 1
+    return tuple(sorted(set(out)))
+
+
+_COMMAND = re.compile(r"^\s*(?:>+\s*)?\S*stedgeai(?:\.exe)?\s+(?:generate|analyze|validate)\b.*$", re.I | re.M)
+
+
+def _command(text: str, parsed_command: str | None) -> str | None:
+    m = _COMMAND.search(text)
+    return parsed_command or (m.group(0) if m else None)
+
+
+def _md5(path: Path) -> str:
+    h = hashlib.md5()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _candidate_models(folder: Path, pairs_dir: Path) -> list[Path]:
+    """Model files in the pair folder, and the ones its README/source.txt name by a relative path."""
+    found = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in MODEL_SUFFIXES)
+    for doc in ("README.md", "source.txt"):
+        f = folder / doc
+        if not f.is_file():
+            continue
+        text = f.read_text(encoding="utf-8", errors="replace")
+        for ref in set(_TICKED.findall(text)) | set(_PATHS.findall(text)):
+            for base in (folder, pairs_dir, pairs_dir.parent):
+                p = (base / ref).resolve()
+                if p.is_file() and p not in found:
+                    found.append(p)
+                    break
+    top = pairs_dir / "README.md"  # the pairs table names models in ../../models
+    if top.is_file():
+        for line in top.read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith(f"| {folder.name} "):
+                for ref in _TICKED.findall(line):
+                    for base in (folder, pairs_dir.parent.parent / "models", pairs_dir.parent / "models"):
+                        p = (base / Path(ref).name).resolve() if "/" in ref else (base / ref).resolve()
+                        if p.is_file() and p not in found:
+                            found.append(p)
+                            break
+    return found
+
+
+def _stem_key(name: str) -> str:
+    stem = Path(name.replace("\\", "/")).stem.lower()
+    return re.sub(r"^[a-z0-9]+__", "", stem)
+
+
+def match_model(text: str, command: str | None, models: list[Path], hashes: dict[Path, str]) -> Path | None:
+    """The model a report was made from: by ``model_hash``, by file name, or the only candidate."""
+    if not models:
+        return None
+    h = _MODEL_HASH.search(text)
+    if h:
+        want = h.group(1).lower()
+        for p in models:
+            if hashes.setdefault(p, _md5(p)) == want:
+                return p
+    names = [m.group(1) for m in _MODEL_FILE.finditer(text)]
+    if command:
+        names += _MODEL_OPT.findall(command)
+    for name in names:
+        key = _stem_key(name)
+        hits = [p for p in models if _stem_key(p.name) == key or key in _stem_key(p.name)]
+        if len(hits) == 1:
+            return hits[0]
+    if len(models) == 1:
+        return models[0]
+    named = [p for p in models if p.name in text]  # a path with spaces defeats splitting the command line
+    return named[0] if len(named) == 1 else None
+
+
+def find_reports(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*.txt") if p.name.lower() not in _SKIP_NAMES)
+
+
+def calibrate(pairs_dir: str | Path, *, target_profile: str | None = None) -> list[CalibrationRow]:
+    """One row per distinct report of every pair folder under ``pairs_dir``."""
+    from .stedgeai import parse_report
+
+    root = Path(pairs_dir)
+    if not root.is_dir():
+        raise InputError(f"{root} is not a folder of (model, report) pairs.")
+    rows: list[CalibrationRow] = []
+    hashes: dict[Path, str] = {}
+    cache: dict[tuple, object] = {}
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        models = _candidate_models(folder, root)
+        seen: dict[tuple, CalibrationRow] = {}
+        for rp in find_reports(folder):
+            raw = rp.read_text(encoding="utf-8", errors="replace")
+            text = clean_report_text(raw)
+            try:
+                rep = parse_report(text, source=str(rp))
+            except NafixError:
+                continue  # not a Neural-ART report (a log, a licence, ...)
+            command = _command(text, rep.command)
+            row = CalibrationRow(
+                pair=folder.name, report=str(rp.relative_to(root)), core=core_of(rep.version),
+                options=placement_options(command), real_epochs=rep.epochs, real_sw=rep.sw_epochs,
+                real_hybrid=rep.hybrid_epochs, real_sw_ops=Counter(rep.sw_ops), real_hybrid_ops=Counter(rep.hybrid_ops))
+            model = match_model(text, command, models, hashes)
+            row.model = _display(model, root) if model is not None else None
+            key = (row.model, row.core, row.options, row.real_epochs, row.real_sw, row.real_hybrid,
+                   tuple(sorted(row.real_sw_ops.items())), tuple(sorted(row.real_hybrid_ops.items())))
+            if key in seen:
+                seen[key].runs += 1
+                continue
+            seen[key] = row
+            rows.append(row)
+            if model is None:
+                row.status, row.note = "no model", "no model file in the folder matches the report"
+                continue
+            _estimate_row(row, model, target_profile, cache)
+    return rows
+
+
+def _display(p: Path, root: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return p.name
+
+
+def _estimate_row(row: CalibrationRow, model: Path, target_profile: str | None, cache: dict) -> None:
+    from .api import AnalysisOptions, analyze_path
+
+    key = (str(model), row.core, row.options)
+    try:
+        if key not in cache:
+            opts = AnalysisOptions(target_profile=target_profile, stedgeai_options=frozenset(row.options),
+                                   core=row.core or None)
+            cache[key] = analyze_path(model, opts).estimate
+        est = cache[key]
+    except NafixError as exc:
+        msg = str(exc)
+        tflite = model.suffix.lower() == ".tflite"
+        row.status = "cannot import yet" if tflite and "tflite" in msg.lower() else "error"
+        row.note = msg
+        return
+    row.est_epochs, row.est_sw, row.est_hybrid = est.epochs, est.sw_epochs, est.hybrid_epochs
+    row.est_sw_ops, row.est_hybrid_ops = est.sw_ops, est.hybrid_ops
+    row.status = "ok" if not row.failures() else "off"
+
+
+def summary(rows: list[CalibrationRow]) -> dict:
+    """Counts for the README: rows on target, rows estimated, rows that could not be estimated."""
+    est = [r for r in rows if r.estimated]
+    return {
+        "rows": len(rows),
+        "estimated": len(est),
+        "on_target": sum(1 for r in est if not r.failures()),
+        "sw_ops_equal": sum(1 for r in est if r.ops_listed and not r.sw_diff()),
+        "epochs_within": sum(1 for r in est if r.epoch_error is not None and abs(r.epoch_error) <= EPOCH_TOLERANCE),
+        "not_estimated": {r.report: r.status for r in rows if not r.estimated},
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# README blocks (scripts/calibration_readme.py writes them; tests/test_calibrate.py checks they are current)
+# ------------------------------------------------------------------------------------------------
+
+CORES_BEGIN = "<!-- cores:begin (generated by `python scripts/calibration_readme.py`; do not edit) -->"
+CORES_END = "<!-- cores:end -->"
+CALIBRATION_BEGIN = "<!-- calibration:begin (generated by `python scripts/calibration_readme.py`; do not edit) -->"
+CALIBRATION_END = "<!-- calibration:end -->"
+
+
+def cores_block(profile) -> str:
+    """What the estimate covers per stedgeai core version, from the profile data."""
+    base = profile.base_limits if profile.base_limits is not None else profile.limits
+    lines = ["| core | hybrid epochs (SW ops run as hybrid) | float kernels named | core-specific facts | tag |",
+             "|---|---|---|---|---|"]
+    for c in profile.cores:
+        facts = [f"{op} runs as {' + '.join(ops)}" for op, ops in sorted(c.sw_lowered.items())]
+        facts += [f"{k} = {v} (default {base[k].value})" for k, v in sorted(c.limits.items()) if k in base]
+        facts += [f"no {cid}" for cid in sorted(c.constraints_off)]
+        facts += [f"{op} joins the epoch before it" for op in sorted(c.fuse_ops)]
+        default = " (default)" if profile.core is not None and c.version == profile.core.version else ""
+        lines.append(f"| {c.version}{default} | {', '.join(sorted(c.hybrid_ops)) or 'none: pure SW'} "
+                     f"| {'`Op(float)`' if c.float_suffix else '`Op`'} | {'; '.join(facts) or '-'} | {c.tag} |")
+    lines += ["", "Lowerings (ops stedgeai inserts, each a SW epoch, hybrid where the core runs the op as hybrid):", ""]
+    for low in profile.lowerings.values():
+        lines.append(f"- `{low.name}`: inserts {' + '.join(low.inserts)} [{low.tag}]")
+    return "\n".join(lines)
+
+
+def calibration_block(rows: list[CalibrationRow], exceptions: dict) -> str:
+    """The calibrate table, its summary and the documented exceptions with their evidence."""
+    from .report import calibration_table
+
+    out = ["Measured with `nafix calibrate ../shared/reference/pairs` (real figures from the reports; "
+           "estimated ones from nafix's placement model with the core version and options each report states):",
+           "", calibration_table(rows).rstrip("\n"), "",
+           "Reports not on target, and why (`docs/calibration_exceptions.yaml`, enforced by "
+           "`tests/test_calibrate.py`):", ""]
+    for key, entry in exceptions.items():
+        why = " ".join(str(entry["why"]).split())
+        out.append(f"- `{key}` ({', '.join(entry['fails'])}): {why}")
+    return "\n".join(out)
+
+
+def replace_block(text: str, begin: str, end: str, body: str) -> str:
+    """``text`` with the part between the ``begin`` and ``end`` marker lines replaced by ``body``."""
+    if begin not in text or end not in text:
+        raise InputError(f"README has no '{begin}' ... '{end}' block.")
+    head, rest = text.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{begin}\n{body}\n{end}{tail}"
