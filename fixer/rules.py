@@ -32,6 +32,12 @@ REQUIRED = ("id", "name", "summary", "why", "references", "fixes", "match", "rew
 PLACEMENT_REASONS = ("graph_edge_quantize", "graph_edge_dequantize", "float_island", "operator_table")
 
 
+def _safe_yaml(text: str):
+    """``yaml.safe_load`` with libyaml's C parser when PyYAML has it (same safe constructors; the
+    pure-Python parser is ~10x slower on the built-in rules)."""
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loader
+
+
 @dataclass(frozen=True)
 class Condition:
     predicate: str
@@ -219,7 +225,7 @@ def load_rules(extra_dirs: Sequence[str | Path] = ()) -> list[Rule]:
         for f in _iter_rule_files(folder):
             label = str(f) if not builtin else f"rules/{f.name}"
             try:
-                data = yaml.safe_load(f.read_text(encoding="utf-8"))
+                data = _safe_yaml(f.read_text(encoding="utf-8"))
             except yaml.YAMLError as exc:
                 raise RuleError(f"{label}: not valid YAML ({exc}).") from None
             rules.append(parse_rule(data, label, builtin=builtin))
