@@ -29,10 +29,10 @@ that rescans the whole graph once per tensor:
   indexes, extended with nodes appended since the last call and rebuilt when nodes were removed or
   an input/output was rewritten through another ``ONNXModel`` method; it visits exactly the readers
   of ``old`` instead of every node. ``input_name_to_nodes()`` answers from the same index with the
-  same lists (one entry per input slot, in graph order). In the QDQ
-  format, onnxruntime changes node inputs only through ``ONNXModel`` methods (the direct
-  ``node.input[...]`` writes are in the QOperator-format operators), so the index cannot miss a
-  reader; nafix uses this adapter for QDQ quantization only.
+  same lists (one entry per input slot, in graph order). In the QDQ format onnxruntime changes
+  node inputs only through ``ONNXModel`` methods (the direct ``node.input[...]`` writes are in the
+  QOperator-format operators), so the index cannot miss a reader; nafix uses these adapters for
+  QDQ quantization only.
 * initializer lookups return the first initializer with the name, as the scans do, from a
   name -> initializers index kept in step with appends and removals; ``initializer_extend``
   re-checks only the float8 initializers, the only ones ``ONNXModel._check_init`` inspects.
