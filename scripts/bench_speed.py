@@ -292,6 +292,7 @@ def bench_onnxslim(folder: Path, repeat: int) -> None:
     logging.getLogger("onnxslim").setLevel(logging.ERROR)
     worst = (0.0, "")
     slower = 0
+    refused: list[str] = []
     models = sorted(folder.glob("*.onnx"))
     with tempfile.TemporaryDirectory(prefix="nafix-bench-") as tmp:
         for p in models:
@@ -300,8 +301,8 @@ def bench_onnxslim(folder: Path, repeat: int) -> None:
                 t0 = time.perf_counter()
                 try:
                     fix(p, FixOptions(output=str(Path(tmp) / "out.nafix.onnx"), force=True))
-                except Exception:  # noqa: BLE001 - a refused model still costs its time
-                    pass
+                except Exception as exc:  # noqa: BLE001 - a refused model still costs its time
+                    refused.append(f"{p.name}: {type(exc).__name__}")
                 n_t.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 try:
@@ -314,7 +315,8 @@ def bench_onnxslim(folder: Path, repeat: int) -> None:
             worst = max(worst, (ratio, p.name))
             print(f"  {p.name}: nafix {med(n_t):.2f} s, onnxslim {med(s_t):.2f} s, ratio {ratio:.2f}x", flush=True)
     print(f"nafix MODEL vs onnxslim ({onnxslim.__version__}) on {len(models)} models: slower on {slower}; "
-          f"worst {worst[0]:.2f}x ({worst[1]}) (target <= 1.0x on every model)")
+          f"worst {worst[0]:.2f}x ({worst[1]}) (target <= 1.0x on every model)"
+          + (f"; nafix raised on {len(set(refused))}: {', '.join(sorted(set(refused)))}" if refused else ""))
 
 
 def run(sections: str, folder: Path, repeat: int) -> None:
