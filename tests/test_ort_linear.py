@@ -141,3 +141,29 @@ def test_originals_restored_even_after_an_error():
              ONNXModel.__dict__["replace_node_input"], ONNXModel.get_initializer, quant_utils.find_by_name,
              getattr(qdq_quantizer, "find_by_name", None))
     assert after == before
+
+
+def test_streamed_sqnr_is_onnxruntimes(tmp_path):
+    """The accuracy report's per-tensor SQNR, summed one sample at a time, equals onnxruntime's
+    qdq_loss_debug figure over all samples at once."""
+    from onnxruntime.quantization.qdq_loss_debug import (
+        collect_activations, compute_activation_error, create_activation_matching,
+        modify_model_output_intermediate_tensors,
+    )
+
+    from fixer.quantize.accuracy import _worst_tensors
+
+    kw = {"per_channel": True, "extra_options": {"ForceQuantizeNoInputCheck": True, "WeightSymmetric": True}}
+    quant = _quantize(tmp_path, _model(), "acc", **kw)
+    feeds = _Reader(4).feeds
+    ours = {r["tensor"]: r["sqnr_db"] for r in _worst_tensors(_model(), quant, list(feeds), 1000)}
+    ref = {}
+    for tag, m in (("f", _model()), ("q", quant)):
+        onnx.save(m, tmp_path / f"{tag}.onnx")
+        modify_model_output_intermediate_tensors(str(tmp_path / f"{tag}.onnx"), str(tmp_path / f"{tag}_aug.onnx"))
+        ref[tag] = collect_activations(str(tmp_path / f"{tag}_aug.onnx"), iter([dict(f) for f in feeds]))
+    errors = compute_activation_error(create_activation_matching(ref["q"], ref["f"]))
+    theirs = {k: float(v["xmodel_err"]) for k, v in errors.items() if "xmodel_err" in v}
+    assert len(theirs) >= 5 and set(ours) == set(theirs)
+    for k, v in theirs.items():
+        assert ours[k] == pytest.approx(v, rel=1e-4, abs=1e-3), k
