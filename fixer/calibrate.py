@@ -183,7 +183,8 @@ def _md5(path: Path) -> str:
 
 def _candidate_models(folder: Path, pairs_dir: Path) -> list[Path]:
     """Model files in the pair folder, and the ones its README/source.txt name by a relative path."""
-    found = sorted(p for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in MODEL_SUFFIXES)
+    # resolved, so that a model found both in the folder and by a relative reference counts once
+    found = sorted(p.resolve() for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in MODEL_SUFFIXES)
     for doc in ("README.md", "source.txt"):
         f = folder / doc
         if not f.is_file():

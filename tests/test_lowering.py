@@ -107,6 +107,53 @@ def test_channel_pad_is_two_transposes():
         ("SW", "Transpose"), ("HW", "Pad"), ("HW", "Pad"), ("SW", "Transpose")]
 
 
+def _pool_then_channel_pad(channels: int):
+    b = QDQ()
+    x = b.input("x", [1, channels, 16, 16])
+    p = b.op("MaxPool", [x], name="pool", kernel_shape=[2, 2], strides=[2, 2])
+    y = b.op("Pad", [p, b.const("pads", np.array([0, 0, 0, 0, 0, channels, 0, 0], np.int64))], name="pad")
+    b.output(y)
+    return b.model()
+
+
+@pytest.mark.parametrize("channels, version, sw_transposes", [
+    (32, "2.2", 1), (64, "2.1", 1),  # face_landmark c_info: 'MaxPool_62 | Transpose_63' NODE_HW
+    (16, "2.2", 2), (28, "2.2", 2),  # face_landmark Transpose_29, blazeface: SW
+    (32, "2.0", 2),  # not seen in 2.0: the lowering as before
+])
+def test_channel_pad_after_pool_transposes_on_hw(channels, version, sw_transposes):
+    a = analyze(_pool_then_channel_pad(channels), prof=core(version))
+    assert a.estimate.sw_ops == Counter({"Transpose": sw_transposes})
+    pool = [g for g in a.estimate.groups if "pool" in g.nodes]
+    assert len(pool) == 1 and pool[0].unit == "HW"
+    assert ("pad" in pool[0].nodes) == (sw_transposes == 1)
+
+
+def _wide_conv_then_mean(k: int):
+    b = QDQ()
+    x = b.input("x", [1, 3, 16, 16])
+    y = b.op("Conv", [x, b.weight("w", [8, 3, k, k])], name="conv", pads=[k // 2] * 4)
+    r = b.op("Relu", [y], name="relu")
+    g = b.op("GlobalAveragePool", [r], name="gap")
+    b.output(g)
+    return b.model()
+
+
+def test_wide_kernel_conv_is_decomposed_in_bands():
+    # magnus baselines: 7x7 conv + MEAN is 5 epochs in 2.2.0 and 4.0.0; 5x5 is 2 (2.2) and 1 (4.0)
+    # (an ONNX graph input also gets core 2.2's input copy epoch: not counted here)
+    for version in ("2.2", "4.0"):
+        e = analyze(_wide_conv_then_mean(7), prof=core(version)).estimate
+        own = [g for g in e.groups if not g.nodes[0].startswith("input copy")]
+        assert len(own) == 5 and e.sw_epochs == 0
+        conv = [g for g in own if g.nodes[0] == "conv"]
+        assert len(conv) == 4 and "relu" in conv[-1].nodes  # 3 bands of <= 3 rows, then the sum with the Relu
+        assert own[-1].nodes == ["gap"]  # core 4.0 does not fuse the MEAN into the summing epoch
+    for version, n in (("2.2", 2), ("4.0", 1)):
+        e = analyze(_wide_conv_then_mean(5), prof=core(version)).estimate
+        assert len([g for g in e.groups if not g.nodes[0].startswith("input copy")]) == n
+
+
 # ------------------------------------------------------------------------------ names and edges
 
 

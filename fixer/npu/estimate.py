@@ -16,7 +16,9 @@ The rule (kept in step with the README's "How epochs are estimated"):
    Relu/Clip/Mul then Mul/Add, two epochs).
 4c. Each graph input whose first reader is not a Transpose gets ``input_copy_epochs`` HW epochs (the
    compiler's 'Identity_inserted' input copy); a Conv/Gemm/MatMul whose int8 weights reach
-   ``weights_extra_epoch_bytes`` takes one more HW epoch (INF, see the profile).
+   ``weights_extra_epoch_bytes`` takes one more HW epoch (INF, see the profile); a non-depthwise Conv
+   wider than the native kernel width takes one HW epoch per band of ``conv_kernel_h_native`` kernel
+   rows plus ``wide_kernel_sum_epochs`` summing epochs, into which a core's ``fuse_ops`` do not fuse.
 5. Every SW node is one SW epoch, conversions included (a DequantizeLinear or QuantizeLinear that runs
    in SW is its own epoch), except the float prologue of a graph input: data movement on the float
    input and the QuantizeLinear that ends it are one SW epoch. An op whose table entry has
@@ -25,7 +27,10 @@ The rule (kept in step with the README's "How epochs are estimated"):
 6. Lowerings (profile ``lowerings``): the compiler inserts ops of its own, each a SW epoch: nearest
    upsampling becomes one DepthToSpace epoch (instead of a HW epoch), a ConvTranspose is followed by a
    DepthToSpace, a dilated Conv is wrapped in SpaceToDepth -> Conv -> DepthToSpace, a Conv whose stride
-   exceeds its kernel or the native stride is preceded by a SpaceToDepth.
+   exceeds its kernel or the native stride is preceded by a SpaceToDepth, a channel Pad becomes
+   Transpose -> (Identity copy, Pad as a HW Conv) -> Transpose, whose leading Transpose joins the HW
+   epoch of a pool feeding the Pad where the core's ``channel_pad_hw_transpose_channels`` divides the
+   channel count (INF).
 7. Per core version (profile ``cores``): a SW epoch whose op the core lists in ``hybrid_ops`` (int8
    kernel, or inserted by a lowering) is a *hybrid* epoch; with ``float_suffix`` the report names float
    kernels ``Op(float)``.
@@ -100,6 +105,7 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
     by_name = placement.by_name
     groups: list[Epoch] = []
     tensor_epoch: dict[str, int] = {}  # tensor -> index of the HW epoch that computed it
+    summed: set[int] = set()  # epochs that sum the partial results of a decomposed wide-kernel Conv
 
     def new(unit: str, node) -> int:
         groups.append(Epoch(len(groups) + 1, unit, [node.name], [node.op]))
@@ -189,7 +195,13 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
         extra = rule.extra_epochs if rule else 0
         if low == "channel_pad":
             first, last = profile.lowerings[low].inserts[0], profile.lowerings[low].inserts[-1]
-            inserted(first, node, low)
+            pool_epoch = _pool_epoch_taking_transpose(view, node, profile, tensor_epoch)
+            if pool_epoch is not None and groups[pool_epoch].unit == HW:
+                # the leading Transpose runs in the pool's HW epoch (c_info: 'MaxPool_62 | Transpose_63', NODE_HW)
+                groups[pool_epoch].nodes.append(node.name)
+                groups[pool_epoch].ops.append(first)
+            else:
+                inserted(first, node, low)
             new(HW, node)  # an Identity copy, then the padding itself as a HW Conv (c_info:
             new(HW, node)  # 'Pad_33_conv_identity' -> 'Pad_33 Node kind=Conv', face_landmark; blazeface alike)
             inserted(last, node, low)
@@ -209,8 +221,11 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
             extra += int(mul_extra.value)
         if kind == "fuse":
             joined = None
+            core_fused = rule is not None and rule.epoch != "fuse"  # fused by the core's fuse_ops only
             for t in acts:
                 e = tensor_epoch.get(t.name)
+                if core_fused and e in summed:
+                    continue  # not into the summing epoch of a decomposed Conv (magnus 7x7, 4.0.0: 5 epochs)
                 if e is not None and groups[e].unit == HW and real_users(view.source_tensor(t)) == 1:
                     joined = e
                     break
@@ -224,6 +239,13 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                     tensor_epoch[o.name] = idx
                 continue
         idx = new(HW, node)
+        bands = _wide_kernel_bands(node, profile)
+        if bands:
+            for _ in range(bands - 1):
+                idx = new(HW, node)
+            for _ in range(int(profile.limit("wide_kernel_sum_epochs"))):
+                idx = new(HW, node)
+                summed.add(idx)
         if big is not None and _weight_bytes(view, node) >= big.value:
             extra += 1
         dw_extra = profile.limits.get("depthwise_decomposed_extra_epochs")
@@ -290,11 +312,50 @@ def _sw_slices(view: GraphView, node, rule) -> int:
     return max(1, int(np.prod(shape[:-2])))
 
 
+def _pool_epoch_taking_transpose(view: GraphView, node, profile: TargetProfile, tensor_epoch: dict) -> int | None:
+    """The HW epoch of the pool that feeds a channel-padding ``node`` when the core runs the lowering's
+    leading Transpose in that epoch: the Pad's input (through Q/DQ) is a MaxPool/AveragePool output and
+    its channel count is a multiple of the profile's ``channel_pad_hw_transpose_channels`` (0: never)."""
+    lim = profile.limits.get("channel_pad_hw_transpose_channels")
+    if lim is None or int(lim.value) <= 0 or not node.inputs:
+        return None
+    x = node.inputs[0]
+    src = view.source(x)
+    while src is not None and src.op in ("QuantizeLinear", "DequantizeLinear"):
+        src = view.source(src.inputs[0])
+    if src is None or src.op not in ("MaxPool", "AveragePool"):
+        return None
+    shape = x.shape
+    c = shape[3 if _nhwc(view, node) else 1] if shape is not None and len(shape) == 4 else None
+    if not isinstance(c, int) or c <= 0 or c % int(lim.value):
+        return None
+    return tensor_epoch.get(x.name)
+
+
 def _feeds_conv(view: GraphView, node) -> bool:
     """Some reader of ``node``'s output, through Q/DQ and data movement, is a Conv."""
     through = MOVEMENT_OPS | {"QuantizeLinear", "DequantizeLinear"}
     return any(c is not None and c.op in ("Conv", "QLinearConv")
                for o in node.outputs for c, _ in view.sinks(o, through=through))
+
+
+def _wide_kernel_bands(node, profile: TargetProfile) -> int:
+    """HW passes of a (non-depthwise) Conv whose kernel is wider than the native width: one per band of at
+    most ``conv_kernel_h_native`` kernel rows; 0 when the Conv is not decomposed (or the profile has no
+    ``wide_kernel_sum_epochs``)."""
+    if node.op not in ("Conv", "QLinearConv") or int(node.attrs.get("group", 1)) != 1:
+        return 0
+    if "wide_kernel_sum_epochs" not in profile.limits:
+        return 0
+    ks = _kernel(node)
+    if len(ks) != 2 or not all(isinstance(k, int) for k in ks):
+        return 0
+    strides = _ints(node.attrs.get("strides"), 2, 1)
+    wmax = profile.limits.get("conv_kernel_w_native_stride1" if strides[1] == 1 else "conv_kernel_w_native_stride2")
+    hmax = profile.limits.get("conv_kernel_h_native")
+    if wmax is None or hmax is None or ks[1] <= wmax.value:
+        return 0
+    return -(-int(ks[0]) // int(hmax.value))
 
 
 def _tall_depthwise(node, profile: TargetProfile) -> bool:
