@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
+from .graph import relaxed_gc
 from .importers import check_loaded
 from .model_io import LoadedModel, invalid_model_error, load_model
 from .npu.placement import SW, is_oe_export
@@ -99,6 +100,7 @@ def collect_models(paths: Sequence[str | os.PathLike[str]], *, recursive: bool =
     return unique
 
 
+@relaxed_gc  # large graphs: fewer garbage-collector passes (fixer.graph.RELAXED_GC_THRESHOLDS)
 def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOptions(), *,
           progress: Callable[[int, int, Path], None] | None = None) -> AuditResult:
     """Audit every model under ``paths``; an unreadable model becomes an error row, not an abort."""
@@ -341,6 +343,7 @@ def _check_fix_outputs(opts: FixOptions, src: Path, out: Path, report: Path, hea
         check_output(header, kind=REPORT, force=opts.force, protected=protect, what="C header")
 
 
+@relaxed_gc  # large graphs: fewer garbage-collector passes (fixer.graph.RELAXED_GC_THRESHOLDS)
 def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
         on_round: Callable[[int, int], None] | None = None,
         on_compile_line: Callable[[str, str], None] | None = None,

@@ -308,7 +308,8 @@ def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetPro
                     continue
                 p = view.producer(t)
                 region_in.append(p.inputs[0].name if p is not None and p.op == "DequantizeLinear" else t.name)
-            ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=att.provenance)
+            ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=att.provenance,
+                        taken=view.names_taken)  # one name set per view, not one graph walk per change
             neighbourhood = _neighbourhood(node)  # before the rewriter disconnects the anchor
             label, op = node.name, node.op
             try:

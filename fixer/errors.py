@@ -86,7 +86,9 @@ def read_yaml(path, where: str, error: type[NafixError]):
         except UnicodeDecodeError as exc:
             raise error(f"{where}: is not UTF-8 text (byte {exc.start}), so not a YAML file.") from None
     try:
-        return yaml.safe_load(text)
+        # libyaml's C parser when PyYAML has it: the same safe constructors, ~10x faster (the
+        # pure-Python parser took ~0.4 s for the built-in profile, once per command).
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - safe loader
     except yaml.YAMLError as exc:
         raise error(yaml_error_sentence(where, exc)) from None
     except RecursionError:

@@ -7,6 +7,9 @@ compiler folds such as ``Shape`` of a static tensor), what are its shape and ele
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import gc
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Iterable, Iterator
@@ -37,6 +40,45 @@ class TensorInfo:
         return int(np.prod(self.shape, dtype=np.int64)) if self.shape else 1
 
 
+@contextlib.contextmanager
+def gc_paused():
+    """Pause Python's cyclic garbage collector while a block allocates a large object graph.
+
+    onnx-graphsurgeon builds several small objects per node and tensor (they reference each other);
+    every few hundred allocations the collector would walk the older generations, so a 30,000-node
+    import spent more time collecting than building, and more the larger the heap already was. The
+    collector runs again after the block (nothing is leaked: unreachable cycles are collected then).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+#: Collector thresholds for a whole fix or audit (Python's default is 700, 10, 10): a young-generation
+#: collection every 100,000 net allocations instead of every 700. Large graphs allocate millions of
+#: small objects that all survive; each collection walks them again (a 31k-node fix: 53 s -> 35 s).
+RELAXED_GC_THRESHOLDS = (100_000, 50, 100)
+
+
+def relaxed_gc(func):
+    """Run ``func`` with :data:`RELAXED_GC_THRESHOLDS` (restored afterwards, also on error)."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        saved = gc.get_threshold()
+        gc.set_threshold(*(max(a, b) for a, b in zip(RELAXED_GC_THRESHOLDS, saved)))
+        try:
+            return func(*args, **kwargs)
+        finally:
+            gc.set_threshold(*saved)
+
+    return wrapper
+
+
 def node_label(node: gs.Node) -> str:
     return node.name or f"{node.op} -> {node.outputs[0].name if node.outputs else '?'}"
 
@@ -52,8 +94,9 @@ class GraphView:
 
     def __init__(self, model: onnx.ModelProto):
         self.model = model
-        self.graph = gs.import_onnx(model)
-        self.graph.toposort()
+        with gc_paused():
+            self.graph = gs.import_onnx(model)
+            self.graph.toposort()
         self._names_unique()
         self.nested_owner = self._nested_owners()
         self.input_names = frozenset(t.name for t in self.graph.inputs)
@@ -100,6 +143,13 @@ class GraphView:
     @cached_property
     def by_name(self) -> dict[str, gs.Node]:
         return {n.name: n for n in self.graph.nodes}
+
+    @cached_property
+    def names_taken(self) -> set[str]:
+        """Every tensor and node name of the graph, built once per view and shared by the round's
+        :class:`Editor` s, which add the names they create: a new name costs a set lookup, not a
+        walk of the whole graph per rewrite."""
+        return set(self.graph.tensors().keys()) | {n.name for n in self.graph.nodes}
 
     # -- tensors ---------------------------------------------------------------------------
     @staticmethod
@@ -251,12 +301,17 @@ class Editor:
     graph and never clean it up (the engine does one cleanup + toposort per round).
     """
 
-    def __init__(self, graph: gs.Graph, *, rule_id: str, anchor: gs.Node, provenance: dict[str, str]):
+    def __init__(self, graph: gs.Graph, *, rule_id: str, anchor: gs.Node, provenance: dict[str, str],
+                 taken: set[str] | None = None):
+        """``taken``: the graph's names when the caller keeps them (``GraphView.names_taken``,
+        shared and extended); otherwise they are collected from ``graph`` here."""
         self.graph = graph
         self.rule_id = rule_id
         self.anchor = anchor
         self.provenance = provenance
-        self._taken = {t for t in graph.tensors().keys()} | {n.name for n in graph.nodes}
+        if taken is None:
+            taken = set(graph.tensors().keys()) | {n.name for n in graph.nodes}
+        self._taken = taken
         self.created: list[gs.Node] = []
 
     def name(self, base: str | None = None) -> str:

@@ -31,6 +31,7 @@ REQUIRED = ("id", "name", "summary", "why", "references", "fixes", "match", "rew
 PLACEMENT_REASONS = ("graph_edge_quantize", "graph_edge_dequantize", "float_island", "operator_table")
 
 
+
 @dataclass(frozen=True)
 class Condition:
     predicate: str

@@ -6,7 +6,9 @@
 Times `nafix audit` of FOLDER with 1 and 2 worker processes and with a cold and a warm result
 cache (`--zoo-only` stops there), `audit` over every model in FOLDER (default ../shared/models, else sample_models) and
 `fix --dry-run` on each sample model; prints the median and min of each over the repeats and the
-peak resident memory of this process.
+peak resident memory of this process. ``--speed all`` prints the speed-at-scale figures instead
+(scripts/bench_speed.py: audit vs its floor, fix of growing QDQ chains, --quantize at scale, nafix
+vs onnxslim).
 """
 
 from __future__ import annotations
@@ -129,9 +131,17 @@ def main() -> None:
     ap.add_argument("folder", nargs="?")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--zoo-only", action="store_true", help="only the zoo audit figures (jobs, cache)")
+    ap.add_argument("--speed", metavar="SECTIONS",
+                    help="only the speed-at-scale figures (scripts/bench_speed.py): all, or a comma list of "
+                         "audit,chains,quantize,onnxslim")
     args = ap.parse_args()
     shared = ROOT.parent / "shared" / "models"
     folder = Path(args.folder) if args.folder else (shared if shared.is_dir() else ROOT / "sample_models")
+    if args.speed:
+        import bench_speed
+
+        bench_speed.run(args.speed, folder, max(1, min(args.repeat, 3)))
+        return
     models = sorted(folder.glob("*.onnx"))
     bench_zoo(folder, args.repeat)
     if args.zoo_only:

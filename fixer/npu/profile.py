@@ -20,6 +20,7 @@ TIERS = ("hw", "sw", "movement")
 EPOCH_KINDS = ("compute", "fuse", "none")
 
 
+
 @dataclass(frozen=True)
 class Limit:
     name: str

@@ -16,6 +16,7 @@ from onnx import TensorProto
 from ..errors import InputError, NafixError, UsageError
 from .calibration import CalibrationOptions, Progress, _reader, open_calibration
 from .checks import check_npu_quantization, float_islands
+from .ort_linear import linear_time_quantization
 from .modelproto import (
     _attr,
     _clamp_ir,
@@ -147,7 +148,8 @@ def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[s
         onnx.save_model(model, str(src), save_as_external_data=big, all_tensors_to_one_file=True,
                         location="float.onnx.data")
         try:
-            with _quiet_onnxruntime():
+            # linear_time_quantization: same result, without onnxruntime's per-tensor graph rescans
+            with _quiet_onnxruntime(), linear_time_quantization():
                 quantize_static(
                     str(src), str(dst), reader,
                     quant_format=QuantFormat.QDQ,
