@@ -120,7 +120,7 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
         if progress:
             progress(i, len(files), f)
         try:
-            rows.append(ModelAudit(f, analysis=analyze_path(f, opts.analysis, profile=profile, pools=pools)))
+            rows.append(ModelAudit(f, analysis=analyze_path(f, opts.analysis, profile=profile, pools=pools).released()))
         except NafixError as exc:
             rows.append(ModelAudit(f, error=exc.message))
         except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit

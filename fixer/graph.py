@@ -103,6 +103,27 @@ class GraphView:
         self.output_names = frozenset(t.name for t in self.graph.outputs)
         self.folded = self._constant_foldable()
 
+    def release(self) -> None:
+        """Free the imported graph now: onnx-graphsurgeon's nodes and tensors reference each other
+        (every node and tensor through its own input/output lists), so without this they, and the
+        weight arrays they hold, wait for a full pass of the cyclic garbage collector, and a folder
+        audit grew by every model it had analysed. The view is unusable afterwards."""
+        graph = self.__dict__.get("graph")
+        if graph is None:
+            return
+        graphs = [graph] + [sub for top in graph.nodes for n in (top, *_nested_nodes(top))
+                            for sub in (n.subgraphs() if hasattr(n, "subgraphs") else ())]
+        for g in graphs:
+            tensors = {id(t): t for n in g.nodes for t in (*n.inputs, *n.outputs)}
+            tensors.update((id(t), t) for t in (*g.inputs, *g.outputs))
+            for n in g.nodes:
+                n.__dict__.clear()
+            for t in tensors.values():
+                t.__dict__.clear()
+            g.__dict__.clear()
+        self.__dict__.clear()
+        self.graph = None
+
     def _names_unique(self) -> None:
         """Give every node a unique name, subgraph nodes included (top-level names are kept first)."""
         seen: set[str] = set()

@@ -56,7 +56,7 @@ class LoadedModel:
     """An ONNX model loaded, checked and shape-inferred, with what loading noticed."""
 
     path: Path
-    model: onnx.ModelProto
+    model: onnx.ModelProto | None  # None once released (ModelAnalysis.released)
     opset: int
     dynamic_dims: tuple[DynamicDim, ...] = ()
     warnings: list[str] = field(default_factory=list)

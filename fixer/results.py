@@ -4,7 +4,7 @@ modules, so none of them imports another just for a type."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .graph import GraphView
@@ -21,12 +21,20 @@ class ModelAnalysis:
 
     path: Path
     loaded: LoadedModel
-    view: GraphView
+    view: GraphView | None  # None in an audit's rows (see :meth:`released`)
     placement: Placement
     estimate: EpochEstimate
     memory: MemoryEstimate
     findings: list[Reason]
     profile: TargetProfile
+
+    def released(self) -> "ModelAnalysis":
+        """This analysis without the model itself: the graph view is freed and ``loaded.model`` is
+        None; what a report row shows (placement, estimate, memory, findings, load warnings) stays.
+        An audit keeps one of these per model, so its memory does not grow with the folder."""
+        if self.view is not None:
+            self.view.release()
+        return replace(self, view=None, loaded=replace(self.loaded, model=None))
 
     def sw_nodes(self) -> list[dict]:
         """One entry per SW node, and one per SW/hybrid epoch the compiler inserts when lowering a node:
@@ -87,6 +95,8 @@ class ModelAnalysis:
 
 @dataclass
 class ModelAudit:
+    """One model of an audit: its analysis (released: no graph view, no ModelProto) or an error."""
+
     path: Path
     analysis: ModelAnalysis | None = None
     error: str | None = None

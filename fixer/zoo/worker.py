@@ -49,6 +49,7 @@ def audit_one(path: str, opts, sha256: str | None = None) -> dict[str, Any]:
         analysis = analyze_path(Path(path), opts, profile=profile, pools=pools)
         row: dict[str, Any] = {"path": path, "sha256": sha256, "error": None}
         row.update(analysis_dict(analysis))
+        analysis.released()  # free the graph now, not at the next full garbage collection
         return row
     except NafixError as exc:
         return error_row(path, exc.message, sha256)
