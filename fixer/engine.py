@@ -193,22 +193,26 @@ def run_engine(
         att = _round(view, placement, rules, profile, options, banned=banned)
         if att.changes and guard:
             cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True)
+            # estimates of trial rounds on ``current``, by the changes they were allowed to make: the
+            # bisection's single-change trials serve the near-miss reasons, and a retried round does
+            # not estimate again a subset it already estimated
+            trials: dict[frozenset, EpochEstimate] = {}
+            cur_place = placement  # the placement of ``current`` (the round only edited its view)
             while _worse(cest, est) and (judged := [k for k in att.keys if k[0] not in exempt]):
-                bad = _find_bad(judged, current, rules, profile, options, banned, est)
+                bad = _find_bad(judged, current, rules, profile, options, banned, est, cur_place, trials)
                 for key in bad:
                     banned.add(key)
                     ch = next(c for c in att.changes if (c.rule, c.node) == key)
                     if float_model:
                         reason = FLOAT_GUARD_REASON
                     else:
-                        _, t_est = _trial(current, rules, profile, options, banned - {key}, {key})
+                        t_est = _trial(current, rules, profile, options, banned - {key}, {key}, cur_place, trials)
                         reason = (f"not kept: it would take the estimated SW epochs from {est.sw_epochs} to "
                                   f"{t_est.sw_epochs} and the estimated epochs from {est.epochs} to {t_est.epochs} "
                                   f"(nafix never makes the estimate worse)")
                     _near_named(result, seen_near, ch.rule, ch.node, ch.op_type, reason)
-                view = GraphView(current)
-                placement = place(view, profile)
-                att = _round(view, placement, rules, profile, options, banned=banned)
+                view = GraphView(current)  # a fresh view: the round edited the previous one
+                att = _round(view, cur_place, rules, profile, options, banned=banned)
                 if not att.changes:
                     break
                 cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True)
@@ -247,15 +251,18 @@ def _commit_candidate(att: _Attempt, current: onnx.ModelProto, profile: TargetPr
     return cand, cview, cplace, cest
 
 
-def _trial(current, rules, profile, options, banned, only) -> tuple[_Attempt, EpochEstimate]:
-    """The round restricted to the changes ``only``, and the estimate of its result."""
-    view = GraphView(current)
-    att = _round(view, place(view, profile), rules, profile, options, banned=banned, only=only)
-    _, _, _, est = _commit_candidate(att, current, profile, guard=True)
-    return att, est
+def _trial(current, rules, profile, options, banned, only, placement, trials) -> EpochEstimate:
+    """The estimate of the round restricted to the changes ``only`` (``placement``: that of
+    ``current``). A round with ``only`` skips every other change before it can claim a node, so its
+    result depends on ``only`` less ``banned`` alone: ``trials`` remembers it by that set."""
+    key = frozenset(set(only) - banned)
+    if key not in trials:
+        att = _round(GraphView(current), placement, rules, profile, options, banned=banned, only=only)
+        trials[key] = _commit_candidate(att, current, profile, guard=True)[3]
+    return trials[key]
 
 
-def _find_bad(keys, current, rules, profile, options, banned, est) -> list[tuple[str, str]]:
+def _find_bad(keys, current, rules, profile, options, banned, est, placement, trials) -> list[tuple[str, str]]:
     """The changes of a round that made the estimate worse, by bisection: a half that is not worse on
     its own is kept, a worse half is split again. When neither half is worse on its own (the halves
     only get worse together), the whole group is dropped."""
@@ -265,10 +272,10 @@ def _find_bad(keys, current, rules, profile, options, banned, est) -> list[tuple
     out: list[tuple[str, str]] = []
     worse_halves = 0
     for half in (keys[:mid], keys[mid:]):
-        _, t_est = _trial(current, rules, profile, options, banned, set(half))
+        t_est = _trial(current, rules, profile, options, banned, set(half), placement, trials)
         if _worse(t_est, est):
             worse_halves += 1
-            out += _find_bad(half, current, rules, profile, options, banned, est)
+            out += _find_bad(half, current, rules, profile, options, banned, est, placement, trials)
     return out if worse_halves else list(keys)
 
 
