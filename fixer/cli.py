@@ -567,20 +567,10 @@ def explain_cmd(
 
 def _read_text_input(path: Path, what: str) -> str:
     """Read a text input file, or raise one InputError sentence (missing, a folder, a FIFO, unreadable)."""
-    import stat as _stat
-
     from .errors import InputError
+    from .model_io import regular_file
 
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file.") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
-    if _stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path}: is a folder; give the {what} file itself.")
-    if not _stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: is not a regular file (a FIFO, socket or device); give the {what} file itself.")
+    regular_file(path, f"{what} file")
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:

@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from fixer.cli import main
+from tests.helpers import run_cli as run
 from tests.helpers import QDQ, make_model, save, sha256_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,17 +30,6 @@ NAFIX = Path(sys.executable).parent / "nafix"
 FLOAT_IO = ["--core", "2.2", "--stedgeai-option", "--input-data-type float32",
             "--stedgeai-option=--output-data-type float32"]
 
-
-def run(args: list[str], capsys) -> tuple[int, str, str]:
-    """Run ``nafix ARGS`` in-process; return (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = 0
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def no_sw_model():
