@@ -67,7 +67,10 @@ def test_json_schema(capsys):
         assert isinstance(e["hw_ratio"], float) and e["hw_ratio"] == round((e["epochs"] - e["sw_epochs"]) / e["epochs"], 4)
         for n in m["sw_nodes"]:
             assert isinstance(n["name"], str) and isinstance(n["op_type"], str)
-            assert n["reasons"] and all(isinstance(r, str) and f"'{n['name']}'" in r for r in n["reasons"])
+            # each reason names the node: the SW node itself, or the node whose lowering inserts the epoch
+            named = [n["name"], *n["from_nodes"]]
+            assert n["reasons"] and all(isinstance(r, str) and any(f"'{x}'" in r for x in named) for r in n["reasons"])
+            assert n["unit"] in ("SW", "hybrid") and n["why"], n
         mem = m["memory"]
         assert isinstance(mem["weights_bytes"], int) and isinstance(mem["peak_activation_bytes"], int)
         assert isinstance(mem["fits_on_chip"], bool)
