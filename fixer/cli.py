@@ -149,7 +149,7 @@ def audit_cmd(
             from .zoo.baseline import load_baseline
 
             base = load_baseline(baseline)
-        with _ZooProgress(err.is_terminal) as cb:
+        with _Progress(err.is_terminal, "auditing", failures=True) as cb:
             rows, _stats = audit_rows(paths, opts, zoo, progress=cb)
     except NafixError as exc:
         _fail(exc)
@@ -243,11 +243,13 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
             out.print(r)
 
 
-class _ZooProgress:
-    """A progress bar on stderr (only on a terminal): models done / total, failures, ETA."""
+class _Progress:
+    """A progress bar on stderr, only on a terminal: ``label``, done / total and, with ``failures``,
+    the failures so far and the ETA. Redrawn on each update, with no refresh thread (audit workers
+    may fork)."""
 
-    def __init__(self, show: bool):
-        self.show = show
+    def __init__(self, show: bool, label: str, *, failures: bool = False):
+        self.show, self.label, self.failures = show, label, failures
         self.prog = None
 
     def __enter__(self):
@@ -255,13 +257,14 @@ class _ZooProgress:
             return None
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-        self.prog = Progress(TextColumn("auditing"), BarColumn(), MofNCompleteColumn(),
-                             TextColumn("{task.fields[failures]} failed"), TextColumn("ETA"), TimeRemainingColumn(),
-                             console=err, transient=True, auto_refresh=False)  # no thread: workers may fork
+        cols = [TextColumn(self.label), BarColumn(), MofNCompleteColumn()]
+        if self.failures:
+            cols += [TextColumn("{task.fields[failures]} failed"), TextColumn("ETA"), TimeRemainingColumn()]
+        self.prog = Progress(*cols, console=err, transient=True, auto_refresh=False)
         self.prog.start()
-        task = self.prog.add_task("auditing", total=None, failures=0)
+        task = self.prog.add_task(self.label, total=None, failures=0)
 
-        def update(done, total, failures):
+        def update(done, total, failures=0):
             self.prog.update(task, completed=done, total=total, failures=failures)
             self.prog.refresh()
 
@@ -333,7 +336,7 @@ def fix_cmd(
             from .errors import UsageError
 
             raise UsageError("--calib needs --quantize.")
-        with _calibration_progress(quantize and err.is_terminal) as on_calibration:
+        with _Progress(quantize and err.is_terminal, "calibrating") as on_calibration:
             result = fix(model, opts, on_compile_line=_stream_line if fmt == OutFormat.table else None,
                          on_calibration=on_calibration)
     except NafixError as exc:
@@ -567,20 +570,10 @@ def explain_cmd(
 
 def _read_text_input(path: Path, what: str) -> str:
     """Read a text input file, or raise one InputError sentence (missing, a folder, a FIFO, unreadable)."""
-    import stat as _stat
-
     from .errors import InputError
+    from .model_io import regular_file
 
-    try:
-        st = path.stat()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file.") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
-    if _stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{path}: is a folder; give the {what} file itself.")
-    if not _stat.S_ISREG(st.st_mode):
-        raise InputError(f"{path}: is not a regular file (a FIFO, socket or device); give the {what} file itself.")
+    regular_file(path, f"{what} file")
     try:
         return path.read_text(encoding="utf-8", errors="replace")
     except OSError as exc:
@@ -680,29 +673,6 @@ def _emit(text: str, output: Optional[Path], *, force: bool = False, protected=(
     except NafixError as exc:
         _fail(exc)
     err.print(Text(f"wrote {output}"), highlight=False)
-
-
-class _calibration_progress:
-    """A progress bar on stderr while onnxruntime calibrates (only on a terminal)."""
-
-    def __init__(self, show: bool):
-        self.show = show
-        self.prog = None
-
-    def __enter__(self):
-        if not self.show:
-            return None
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-
-        self.prog = Progress(TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), console=err, transient=True)
-        self.prog.start()
-        task = self.prog.add_task("calibrating", total=None)
-        return lambda done, total: self.prog.update(task, completed=done, total=total)
-
-    def __exit__(self, *exc):
-        if self.prog is not None:
-            self.prog.stop()
-        return False
 
 
 def _click_exceptions():

@@ -192,21 +192,30 @@ def invalid_model_error(path: str | os.PathLike[str], exc: BaseException) -> Inp
     return None
 
 
-def read_model_bytes(p: Path) -> bytes:
-    """The bytes of the model file ``p``; the file type is checked before opening (a FIFO or a device
-    would block or never end), and every failure is one InputError sentence."""
+def regular_file(p: Path, what: str, *, missing: str = "no such file") -> os.stat_result:
+    """The stat of ``p`` when it is a regular file, else one InputError sentence naming ``what`` (the
+    file asked for, e.g. "ONNX model file"): missing, a folder, a FIFO/socket/device, unreadable.
+    Every input nafix reads is checked this way before it is opened: a FIFO or a device would block
+    or never end."""
     import stat
 
     try:
         st = p.stat()
     except FileNotFoundError:
-        raise InputError(f"{p}: no such file.") from None
+        raise InputError(f"{p}: {missing}.") from None
     except OSError as exc:
         raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
     if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{p}: is a folder, not an ONNX file.")
+        raise InputError(f"{p}: is a folder; give the {what} itself.")
     if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{p}: is not a regular file (a FIFO, socket or device); give an ONNX model file.")
+        raise InputError(f"{p}: is not a regular file (a FIFO, socket or device); give the {what} itself.")
+    return st
+
+
+def read_model_bytes(p: Path) -> bytes:
+    """The bytes of the model file ``p`` (checked with :func:`regular_file` first); every failure is
+    one InputError sentence."""
+    st = regular_file(p, "ONNX or TFLite model file")
     try:
         return p.read_bytes()
     except OSError as exc:
@@ -590,19 +599,11 @@ _NPY_MAGIC = b"\x93NUMPY"
 def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
     """The arrays of the .npz at ``p`` (for ``option``), never unpickling; one InputError sentence for
     a missing or unreadable file, something else than an .npz, or arrays of Python objects."""
-    import stat as _stat
     import zipfile
 
     import numpy as np
 
-    try:
-        st = p.stat()
-    except FileNotFoundError:
-        raise InputError(f"{p}: {option} file not found.") from None
-    except OSError as exc:
-        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
-    if not _stat.S_ISREG(st.st_mode):
-        raise InputError(f"{p}: {option} needs an .npz file; this is {'a folder' if _stat.S_ISDIR(st.st_mode) else 'not a regular file'}.")
+    regular_file(p, f"{option} .npz file", missing=f"{option} file not found")
     try:
         with open(p, "rb") as fh:
             head = fh.read(8)

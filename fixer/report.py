@@ -3,6 +3,7 @@ strings or rich renderables; the CLI decides where they go."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,15 @@ def kib(n: int | None) -> str:
 def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
     sw_nodes = a.sw_nodes()
     by_name = a.placement.by_name
-    for n in sw_nodes:  # the failing requirements one by one (none for an epoch stedgeai inserts)
+    for n in sw_nodes:  # the failing requirements one by one; an epoch stedgeai inserts gives its lowering
         p = by_name.get(n["name"])
-        n["why"] = [{"constraint": r.constraint, "requirement": r.requirement, "detail": r.detail, "tag": r.tag}
-                    for r in (p.reasons if p is not None and p.unit == "SW" else ())]
+        if p is not None and p.unit == "SW":
+            n["why"] = [{"constraint": r.constraint, "requirement": r.requirement, "detail": r.detail, "tag": r.tag}
+                        for r in p.reasons]
+        else:
+            n["why"] = [{"constraint": c, "tag": t, "detail": d,
+                         "requirement": f"stedgeai lowers the node with an inserted {op} epoch"}
+                        for c, t, d, op in zip(n["constraints"], n["tags"], n["reasons"], n["reported_as"])]
     notes = a.notes()
     note_reasons = [r for n in a.placement.nodes for r in n.notes]
     for d, r in zip(notes, note_reasons):
@@ -154,26 +160,17 @@ def row_summary_line(path_name: str, row: dict[str, Any]) -> str:
             f"weights {kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} ({fit})")
 
 
-def grouped_reasons(a: ModelAnalysis, *, notes: bool = False) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
-    """SW nodes (or notes) grouped by requirement: [(requirement, tag, [(node, op, detail), ...])]."""
-    groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
-    for n in a.placement.nodes:
-        rs = n.notes if notes else (n.reasons if n.unit == "SW" else ())
-        for r in rs:
-            groups.setdefault((r.requirement, r.tag), []).append((n.name, n.op_type, r.detail))
-    return [(req, tag, items) for (req, tag), items in groups.items()]
-
-
-def grouped_row_reasons(row: dict[str, Any], *, notes: bool = False) -> list[tuple[str, str, list[tuple[str, str, str]]]]:
-    """``grouped_reasons`` of a report row."""
-    groups: dict[tuple[str, str], list[tuple[str, str, str]]] = {}
+def grouped_row_reasons(row: dict[str, Any], *, notes: bool = False) -> list[tuple[str, str, str, list[tuple[str, str, str]]]]:
+    """SW/hybrid epochs (or notes) of a report row grouped by unit and requirement:
+    [(unit, requirement, tag, [(node, op, detail), ...])]; the unit is "note" for notes."""
+    groups: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
     if notes:
-        items = [(n, n) for n in row.get("notes") or []]
+        items = [(n, n, "note") for n in row.get("notes") or []]
     else:
-        items = [(n, w) for n in row.get("sw_nodes") or [] for w in n.get("why") or []]
-    for n, r in items:
-        groups.setdefault((r["requirement"], r["tag"]), []).append((n["name"], n["op_type"], r["detail"]))
-    return [(req, tag, its) for (req, tag), its in groups.items()]
+        items = [(n, w, n.get("unit") or "SW") for n in row.get("sw_nodes") or [] for w in n.get("why") or []]
+    for n, r, unit in items:
+        groups.setdefault((unit, r["requirement"], r["tag"]), []).append((n["name"], n["op_type"], r["detail"]))
+    return [(unit, req, tag, its) for (unit, req, tag), its in groups.items()]
 
 
 def summary_lines(s: dict[str, Any]) -> list[str]:
@@ -221,8 +218,8 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
             continue
         out.append(Text(""))
         out.append(Text(row_summary_line(_name(m), m), style="bold"))
-        for req, tag, items in grouped_row_reasons(m):
-            out.append(Text(f"  SW x{len(items)}: {req} [{tag}]", style="yellow"))
+        for unit, req, tag, items in grouped_row_reasons(m):
+            out.append(Text(f"  {unit} x{len(items)}: {req} [{tag}]", style="yellow"))
             shown = items if verbose else items[:6]
             for name, op, detail in shown:
                 out.append(Text(f"      {detail}"))
@@ -233,7 +230,7 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
             label = {"compile_error": "COMPILE ERROR", "hang": "BOARD HANG", "note": "NOTE"}.get(r["severity"], r["severity"])
             out.append(Text(f"  {label}: {r['requirement']} ({r['detail']}) [{r['tag']}]", style=style))
         if verbose:
-            for req, tag, items in grouped_row_reasons(m, notes=True):
+            for _, req, tag, items in grouped_row_reasons(m, notes=True):
                 out.append(Text(f"  note x{len(items)}: {req} [{tag}]", style="dim"))
                 for name, op, detail in items:
                     out.append(Text(f"      {detail}", style="dim"))
@@ -564,11 +561,14 @@ def fix_renderables(result, *, verbose: bool = False):
     for ch in result.engine.io_changes:
         out.append(Text(f"  {ch.kind} '{ch.name}' is now {ch.dtype} (scale {ch.scale}, zero-point {ch.zero_point})"))
     final = result.final
-    sw = final.sw_nodes()
+    row = analysis_dict(final)
+    sw = row["sw_nodes"]
     if sw:
-        out.append(Text(f"SW nodes that remain ({len(sw)}):", style="bold yellow"))
-        for req, tag, items in grouped_reasons(final):
-            out.append(Text(f"  x{len(items)}: {req} [{tag}]", style="yellow"))
+        units = Counter(n["unit"] for n in sw)
+        out.append(Text(f"SW and hybrid epochs that remain ({units.get('SW', 0)} SW, {units.get('hybrid', 0)} hybrid; "
+                        "estimated):", style="bold yellow"))
+        for unit, req, tag, items in grouped_row_reasons(row):
+            out.append(Text(f"  {unit} x{len(items)}: {req} [{tag}]", style="yellow"))
             for name, op, detail in (items if verbose else items[:6]):
                 out.append(Text(f"      {detail}"))
             if not verbose and len(items) > 6:

@@ -300,3 +300,18 @@ def case_profile(case: dict):
         keep = set(case["profile_lowerings"] or ())
         prof = replace(prof, lowerings={k: v for k, v in prof.lowerings.items() if k in keep})
     return prof
+
+
+def run_cli(args, capsys) -> tuple[int, str, str]:
+    """Run ``nafix ARGS`` in-process (pytest's ``capsys`` captures the output); return
+    (exit code, stdout, stderr)."""
+    from fixer.cli import main
+
+    capsys.readouterr()
+    code = 0
+    try:
+        main([str(a) for a in args])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -18,7 +18,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from fixer.cli import main
+from tests.helpers import run_cli as run
 from tests.helpers import QDQ, make_model, save, sha256_tree
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,17 +30,6 @@ NAFIX = Path(sys.executable).parent / "nafix"
 FLOAT_IO = ["--core", "2.2", "--stedgeai-option", "--input-data-type float32",
             "--stedgeai-option=--output-data-type float32"]
 
-
-def run(args: list[str], capsys) -> tuple[int, str, str]:
-    """Run ``nafix ARGS`` in-process; return (exit code, stdout, stderr)."""
-    capsys.readouterr()
-    code = 0
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def no_sw_model():
@@ -78,7 +67,10 @@ def test_json_schema(capsys):
         assert isinstance(e["hw_ratio"], float) and e["hw_ratio"] == round((e["epochs"] - e["sw_epochs"]) / e["epochs"], 4)
         for n in m["sw_nodes"]:
             assert isinstance(n["name"], str) and isinstance(n["op_type"], str)
-            assert n["reasons"] and all(isinstance(r, str) and f"'{n['name']}'" in r for r in n["reasons"])
+            # each reason names the node: the SW node itself, or the node whose lowering inserts the epoch
+            named = [n["name"], *n["from_nodes"]]
+            assert n["reasons"] and all(isinstance(r, str) and any(f"'{x}'" in r for x in named) for r in n["reasons"])
+            assert n["unit"] in ("SW", "hybrid") and n["why"], n
         mem = m["memory"]
         assert isinstance(mem["weights_bytes"], int) and isinstance(mem["peak_activation_bytes"], int)
         assert isinstance(mem["fits_on_chip"], bool)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fixer.cli import main
+from tests.helpers import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE = ROOT / "tests" / "fake_stedgeai" / "stedgeai"
@@ -27,12 +28,6 @@ def fake_env(monkeypatch):
     for var in ("STEDGEAI_CORE_DIR", "FAKE_STEDGEAI_FORMAT", "FAKE_STEDGEAI_FAIL", "FAKE_STEDGEAI_HANG"):
         monkeypatch.delenv(var, raising=False)
 
-
-def run(args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    cap = capsys.readouterr()
-    return exc.value.code, cap.out, cap.err
 
 
 @pytest.mark.parametrize("fmt", ["A", "B"])

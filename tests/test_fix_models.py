@@ -68,6 +68,19 @@ def test_movenet_like_reaches_all_hw_within_one_lsb_per_resize(tmp_path):
     assert "NAFIX_IN_IMAGE_SCALE" in header and "NAFIX_OUT_HEATMAPS_ZERO_POINT" in header
 
 
+def test_fix_console_lists_the_hybrid_epochs_that_remain(tmp_path):
+    """The epochs the compiler inserts when lowering a rewritten node (here each ConvTranspose's
+    DepthToSpace, hybrid in core 4.0) are listed under their unit with the lowering as the reason."""
+    from fixer.report import fix_renderables
+
+    r = _fix(tmp_path, "movenet_like", dry_run=True)
+    text = "\n".join(str(x) for x in fix_renderables(r))
+    assert "SW and hybrid epochs that remain (0 SW, 3 hybrid; estimated):" in text
+    assert "hybrid x3: stedgeai lowers the node with an inserted DepthToSpace epoch [OBS]" in text
+    for k in (1, 2, 3):
+        assert f"stedgeai lowers 'resize_up{k}__nafix_" in text
+
+
 def test_movenet_like_uint8_camera_input(tmp_path):
     r = _fix(tmp_path, "movenet_like", input_type="uint8", analysis=AnalysisOptions(stedgeai_options=FLOAT_IO))
     assert r.verified

@@ -16,7 +16,7 @@ from onnx import TensorProto as T
 from onnx import helper as h
 from onnx import numpy_helper as nh
 
-from fixer.cli import main
+from tests.helpers import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[1]
 SOFTMAX = ROOT / "sample_models" / "classifier_softmax.onnx"
@@ -25,16 +25,6 @@ FLOAT_IO = ["--stedgeai-option=--input-data-type float32", "--stedgeai-option=--
 FAKE = ROOT / "tests" / "fake_stedgeai" / "stedgeai"
 FLOAT = T.FLOAT
 
-
-def run(args, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = 0
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def contract(code: int, out: str, err: str, allowed=(0, 1, 2)) -> None:
@@ -69,7 +59,6 @@ def model(nodes, inputs, outputs, inits=(), opset=17) -> onnx.ModelProto:
 
 def tv(name, shape, elem=FLOAT):
     return h.make_tensor_value_info(name, elem, shape)
-
 
 
 @pytest.fixture
@@ -748,7 +737,7 @@ def test_non_ascii_names_on_an_ascii_terminal(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["mpool", "profile", "target-profile", "inputs", "calib", "explain", "calibrate",
-                                  "rules", "audit"])
+                                  "rules", "audit", "baseline", "merge"])
 def test_a_fifo_given_anywhere_never_blocks(tmp_path, capsys, case):
     import signal
 
@@ -765,6 +754,8 @@ def test_a_fifo_given_anywhere_never_blocks(tmp_path, capsys, case):
         "calibrate": ["calibrate", tmp_path],
         "rules": ["rules", "--rules", tmp_path],
         "audit": ["audit", tmp_path, SOFTMAX],
+        "baseline": ["audit", SOFTMAX, "--baseline", fifo],
+        "merge": ["audit", "merge", fifo, "-o", tmp_path / "all.json"],
     }[case]
     if case == "calibrate":
         (tmp_path / "pair").mkdir()
@@ -785,3 +776,5 @@ def test_a_fifo_given_anywhere_never_blocks(tmp_path, capsys, case):
         signal.alarm(0)
         signal.signal(signal.SIGALRM, old)
     contract(code, out, err)
+    if case in ("baseline", "merge"):
+        assert code == 2 and "not a regular file" in err

@@ -10,7 +10,7 @@ import onnx
 import pytest
 
 from fixer.api import AnalysisOptions, FixOptions, analyze_model, boundary_checks, change_contracts, fix
-from fixer.cli import main
+from tests.helpers import run_cli as _run_cli
 from fixer.engine import FLOAT_GUARD_REASON, is_float_model, run_engine
 from fixer.npu.profile import load_profile
 from fixer.rules import load_rules
@@ -27,15 +27,6 @@ PROFILE_22 = load_profile(core="2.2", options=FLOAT_IO)
 RULES = {r.id: r for r in load_rules()}
 
 
-def _run_cli(args, capsys):
-    capsys.readouterr()
-    code = 0
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def test_naf001_conv_relu_q_chunks_carry_the_relu_bit_exact_and_hw_ratio_rises():

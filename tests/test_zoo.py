@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from fixer.cli import main
+from tests.helpers import run_cli as run
 from fixer.zoo import cache as zcache
 from fixer.zoo.runner import Shard, ZooOptions, audit_rows, build_report
 from fixer.api import AnalysisOptions
@@ -21,16 +21,6 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_models"
 SOFTMAX = SAMPLES / "classifier_softmax.onnx"
 
-
-def run(args, capsys) -> tuple[int, str, str]:
-    capsys.readouterr()
-    code = 0
-    try:
-        main([str(a) for a in args])
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 def softmax_chain(n: int):

@@ -16,6 +16,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InputError
+from ..model_io import regular_file
 
 SCHEMA = "nafix-baseline/1"
 #: HW ratios are rounded to 4 places in reports; a smaller change is noise
@@ -59,10 +60,9 @@ def baseline_text(report: dict[str, Any]) -> str:
 def load_baseline(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read and validate a baseline file; anything else is one clear InputError."""
     p = Path(path)
+    regular_file(p, "baseline file", missing=f"baseline file not found (write one with --write-baseline {p})")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{p}: baseline file not found (write one with --write-baseline {p}).") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{p}: the baseline file cannot be read ({exc}).") from None
     except ValueError as exc:

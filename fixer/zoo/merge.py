@@ -8,16 +8,16 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InputError
+from ..model_io import regular_file
 from .rows import row_problem
 from .runner import build_report
 
 
 def read_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
+    regular_file(p, "JSON audit report", missing="report file not found")
     try:
         data = json.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"{p}: report file not found.") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise InputError(f"{p}: not a JSON audit report ({exc}).") from None
     if not (isinstance(data, dict) and isinstance(data.get("models"), list) and isinstance(data.get("profile"), str)):
