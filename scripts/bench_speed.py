@@ -290,6 +290,8 @@ def bench_onnxslim(folder: Path, repeat: int) -> None:
     except ImportError:
         print("nafix MODEL vs onnxslim: skipped (onnxslim is not installed; pip install onnxslim)")
         return
+    import contextlib
+    import io
     import logging
 
     from fixer.api import FixOptions, fix
@@ -311,7 +313,8 @@ def bench_onnxslim(folder: Path, repeat: int) -> None:
                 n_t.append(time.perf_counter() - t0)
                 t0 = time.perf_counter()
                 try:
-                    onnxslim.slim(str(p), str(Path(tmp) / "out.slim.onnx"))
+                    with contextlib.redirect_stdout(io.StringIO()):  # its per-model summary table
+                        onnxslim.slim(str(p), str(Path(tmp) / "out.slim.onnx"))
                 except Exception:  # noqa: BLE001
                     pass
                 s_t.append(time.perf_counter() - t0)
