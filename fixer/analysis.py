@@ -14,13 +14,18 @@ from .npu.profile import TargetProfile
 from .results import ModelAnalysis
 
 
-def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: Path | None = None) -> ModelAnalysis:
-    """Place, estimate epochs and memory for an already loaded model."""
+def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: Path | None = None,
+                  placed: tuple | None = None) -> ModelAnalysis:
+    """Place, estimate epochs and memory for an already loaded model (``placed``: its placement and
+    estimate under ``profile``, already computed, e.g. by the engine that produced it)."""
     loaded = model_or_loaded if isinstance(model_or_loaded, LoadedModel) else LoadedModel(
         path=path or Path("<memory>"), model=model_or_loaded, opset=_opset(model_or_loaded))
     view = GraphView(loaded.model)
-    placement = place(view, profile)
-    estimate = estimate_epochs(view, placement, profile)
+    if placed is not None:
+        placement, estimate = placed
+    else:
+        placement = place(view, profile)
+        estimate = estimate_epochs(view, placement, profile)
     from .npu.placement import QuantDomain
 
     memory = estimate_memory(view, placement, QuantDomain(view, profile, strict=not placement.oe_export), pools)

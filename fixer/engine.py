@@ -69,6 +69,10 @@ class EngineResult:
     io_changes: list[IoChange] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
+    # the placement and (with the guard) the estimate of ``model`` as the engine last placed it, before
+    # :func:`stamp_provenance` marked the nodes it created
+    placement: Any = None
+    estimate: EpochEstimate | None = None
 
     @property
     def rules_applied(self) -> list[str]:
@@ -169,13 +173,17 @@ def run_engine(
     max_rounds: int = 8,
     on_round: Callable[[int, int], None] | None = None,
     guard: bool = True,
+    start: tuple | None = None,
 ) -> EngineResult:
     """Apply ``rules`` to ``model`` until nothing changes; never mutates ``model``.
 
     With ``guard`` (the default) no round is kept that raises the estimated SW epochs or epochs of the
     model: when a round would, the changes responsible are found by bisection (rounds that do not
     get worse cost one estimate), reported as near-misses with the reason, and the round is redone
-    without them. ``guard=False`` is for rewrites that prepare a float model for quantization."""
+    without them. ``guard=False`` is for rewrites that prepare a float model for quantization.
+
+    ``start``: (placement, estimate) of ``model`` already computed (the analysis before the fix), so
+    the engine does not place the same model again."""
     current = onnx.ModelProto()
     current.CopyFrom(model)
     result = EngineResult(model=current)
@@ -185,8 +193,11 @@ def run_engine(
     banned: set[tuple[str, str]] = set()
     exempt = {r.id for r in rules if guard_exempt(r)}
     view = GraphView(current)
-    placement = place(view, profile)
-    est = estimate_epochs(view, placement, profile) if guard else None
+    if start is not None:
+        placement, est = start[0], (start[1] if guard else None)
+    else:
+        placement = place(view, profile)
+        est = estimate_epochs(view, placement, profile) if guard else None
     rnd = 0
     while rnd < max_rounds:
         rnd += 1
@@ -230,6 +241,7 @@ def run_engine(
         result.provenance.update(att.provenance)
         current, view, placement, est = cand, cview, cplace, cest
         result.model = current
+    result.placement, result.estimate = placement, est
     result.model = stamp_provenance(result.model, result.provenance)
     # one interface change per edge: a later rewrite of the same edge (NAF012 after NAF004) wins
     last: dict[tuple[str, str], IoChange] = {}
