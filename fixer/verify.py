@@ -303,12 +303,16 @@ def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale
         return OutputCheck("", False, float("inf"), 0.0, float("-inf"), 0.0, None,
                            f"shape {list(b64.shape)} differs from the original {list(a64.shape)}")
     # the same infinity, or NaN in both, is no difference; the figures below use the finite values
-    same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(same, 0.0, np.abs(a64 - b64))
-    max_abs = float(diff.max()) if diff.size else 0.0
     finite = np.isfinite(a64) & np.isfinite(b64)
-    a64, b64 = np.where(finite, a64, 0.0), np.where(finite, b64, 0.0)
+    if finite.all():
+        # all finite (the usual case): |a - b| is already 0 exactly where a == b, and no value is masked
+        diff = np.abs(a64 - b64)
+    else:
+        same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(same, 0.0, np.abs(a64 - b64))
+        a64, b64 = np.where(finite, a64, 0.0), np.where(finite, b64, 0.0)
+    max_abs = float(diff.max()) if diff.size else 0.0
     na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
     cosine = float(np.dot(a64.ravel(), b64.ravel()) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
