@@ -210,7 +210,13 @@ def run_engine(
             trials: dict[frozenset, EpochEstimate] = {}
             cur_place = placement  # the placement of ``current`` (the round only edited its view)
             while _worse(cest, est) and (judged := [k for k in att.keys if k[0] not in exempt]):
-                bad = _find_bad(judged, current, rules, profile, options, banned, est, cur_place, trials)
+                # a float model whose estimate shows each change's epochs directly: the bisection's
+                # verdicts follow from them, without a trial round per half
+                deltas = _float_deltas(att, est, cest, cur_place, cplace) if float_model else None
+                if deltas is not None:
+                    bad = _find_bad_counted(judged, est, deltas)
+                else:
+                    bad = _find_bad(judged, current, rules, profile, options, banned, est, cur_place, trials)
                 for key in bad:
                     banned.add(key)
                     ch = next(c for c in att.changes if (c.rule, c.node) == key)
@@ -289,6 +295,74 @@ def _find_bad(keys, current, rules, profile, options, banned, est, placement, tr
             worse_halves += 1
             out += _find_bad(half, current, rules, profile, options, banned, est, placement, trials)
     return out if worse_halves else list(keys)
+
+
+def _float_deltas(att: _Attempt, est: EpochEstimate, cest: EpochEstimate, cur_place, cand_place) -> dict | None:
+    """On a float model, the SW epochs each change of ``att`` adds (negative: removes), read off the
+    estimates before (``est``, placement ``cur_place``) and after the whole round (``cest``,
+    ``cand_place``); None unless they show it directly. They do when every epoch of both is the SW
+    epoch of one node (nothing in HW, no hybrid, no epoch the compiler inserts, none shared by two
+    nodes), every node of both models keeps its unit and epoch, every epoch that appeared is of a
+    node one change created, every epoch that went is of a node one change rewrote, and the
+    counts add up to the round's. Then a trial of any subset of the changes costs the epochs
+    before plus the subset's: one SW epoch per SW node, nothing shared between changes."""
+    from .npu.placement import SW
+
+    for e in (est, cest):
+        if e.hybrid_epochs or e.epochs != e.sw_epochs:
+            return None
+        if any(g.inserted or len(g.nodes) != 1 or g.unit != SW for g in e.groups):
+            return None
+    cur = {p.name: p.unit for p in cur_place.nodes}
+    cand = {p.name: p.unit for p in cand_place.nodes}
+    g_cur = [g.nodes[0] for g in est.groups]
+    g_cand = [g.nodes[0] for g in cest.groups]
+    if len(set(g_cur)) != len(g_cur) or len(set(g_cand)) != len(g_cand):
+        return None
+    in_cur, in_cand = set(g_cur), set(g_cand)
+    if any(cur[n] != cand[n] or (n in in_cur) != (n in in_cand) for n in cur.keys() & cand.keys()):
+        return None
+    owner: dict[str, tuple[str, str]] = {}
+    for c in att.changes:
+        for n in c.new_nodes:
+            owner[n] = (c.rule, c.node)
+    anchor = {c.node: (c.rule, c.node) for c in att.changes}
+    delta = {(c.rule, c.node): 0 for c in att.changes}
+    for n in in_cand - cur.keys():
+        if n not in owner:
+            return None
+        delta[owner[n]] += 1
+    for n in in_cur - cand.keys():
+        if n not in anchor:
+            return None
+        delta[anchor[n]] -= 1
+    if sum(delta.values()) != cest.sw_epochs - est.sw_epochs:
+        return None
+    return delta
+
+
+def _find_bad_counted(keys, est: EpochEstimate, deltas: Mapping[tuple[str, str], int]) -> list[tuple[str, str]]:
+    """:func:`_find_bad` where each change's SW epochs are known (:func:`_float_deltas`): the same
+    halves, the same verdicts, a sum instead of a trial round."""
+    if len(keys) == 1:
+        return list(keys)
+    mid = len(keys) // 2
+    out: list[tuple[str, str]] = []
+    worse_halves = 0
+    for half in (keys[:mid], keys[mid:]):
+        d = sum(deltas[k] for k in half)
+        if _worse(_Counted(est.sw_epochs + d, est.epochs + d), est):
+            worse_halves += 1
+            out += _find_bad_counted(half, est, deltas)
+    return out if worse_halves else list(keys)
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """An estimate known by its two counts (what :func:`_worse` compares)."""
+
+    sw_epochs: int
+    epochs: int
 
 
 def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetProfile, options: Mapping[str, Any],
