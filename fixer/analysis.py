@@ -16,13 +16,13 @@ from .results import ModelAnalysis
 
 def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: Path | None = None,
                   placed: tuple | None = None) -> ModelAnalysis:
-    """Place, estimate epochs and memory for an already loaded model (``placed``: its placement and
-    estimate under ``profile``, already computed, e.g. by the engine that produced it)."""
+    """Place, estimate epochs and memory for an already loaded model (``placed``: its graph view (or
+    None), placement and estimate under ``profile``, already made, e.g. by the engine that produced it)."""
     loaded = model_or_loaded if isinstance(model_or_loaded, LoadedModel) else LoadedModel(
         path=path or Path("<memory>"), model=model_or_loaded, opset=_opset(model_or_loaded))
-    view = GraphView(loaded.model)
+    view = placed[0] if placed is not None and placed[0] is not None else GraphView(loaded.model)
     if placed is not None:
-        placement, estimate = placed
+        placement, estimate = placed[1:]
     else:
         placement = place(view, profile)
         estimate = estimate_epochs(view, placement, profile)

@@ -394,8 +394,13 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
 
         reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round, on_calibration)
         reference = refresh_shapes(reference)  # types and shapes of the tensors quantization added
-    # the analysis before placed this very model: the engine starts from its placement and estimate
-    start = (before.placement, before.estimate) if reference is loaded.model else None
+    # the analysis before placed this very model: the engine starts from its graph view (which it
+    # edits: the analysis keeps its figures, not the view), placement and estimate
+    start = (before.view, before.placement, before.estimate) if reference is loaded.model else None
+    if start is not None:
+        from dataclasses import replace
+
+        before = replace(before, view=None)
     engine = run_engine(reference, rules, profile=profile, options={"input_type": opts.input_type},
                         max_rounds=opts.max_rounds, on_round=on_round, start=start)
     rules_by_id = {r.id: r for r in rules}
@@ -458,14 +463,14 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
 
 
 def _engine_placed(engine) -> tuple | None:
-    """The engine's own placement and estimate of the model it returns, where marking the nodes it
-    created cannot have changed them (a created Transpose could lose the TFLite layout mark that
+    """The engine's own graph view (where no rewriter touched it), placement and estimate of the
+    model it returns, where marking the nodes it created cannot have changed them (a created Transpose could lose the TFLite layout mark that
     placement reads): the analysis after the fix does not place the same model again."""
     if engine.placement is None or engine.estimate is None:
         return None
     if any(n.op_type == "Transpose" and n.name in engine.provenance for n in engine.model.graph.node):
         return None
-    return engine.placement, engine.estimate
+    return engine.view, engine.placement, engine.estimate
 
 
 def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, report_path: Path) -> None:

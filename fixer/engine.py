@@ -73,6 +73,8 @@ class EngineResult:
     # :func:`stamp_provenance` marked the nodes it created
     placement: Any = None
     estimate: EpochEstimate | None = None
+    # a graph view of ``model`` that no rewriter touched after it was made (else None)
+    view: GraphView | None = None
 
     @property
     def rules_applied(self) -> list[str]:
@@ -136,6 +138,7 @@ class _Attempt:
     near: list[tuple[Rule, gs.Node, str]] = field(default_factory=list)
     io_changes: list[IoChange] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
+    touched: bool = False  # a rewriter ran on the view (and may have edited it, even if it gave up)
 
     @property
     def keys(self) -> list[tuple[str, str]]:
@@ -182,8 +185,8 @@ def run_engine(
     get worse cost one estimate), reported as near-misses with the reason, and the round is redone
     without them. ``guard=False`` is for rewrites that prepare a float model for quantization.
 
-    ``start``: (placement, estimate) of ``model`` already computed (the analysis before the fix), so
-    the engine does not place the same model again."""
+    ``start``: (view, placement, estimate) of ``model`` already made (the analysis before the fix), so
+    the engine does not import and place the same model again; the engine edits that view."""
     current = onnx.ModelProto()
     current.CopyFrom(model)
     result = EngineResult(model=current)
@@ -192,13 +195,15 @@ def run_engine(
     float_model = is_float_model(current)
     banned: set[tuple[str, str]] = set()
     exempt = {r.id for r in rules if guard_exempt(r)}
-    view = GraphView(current)
     if start is not None:
-        placement, est = start[0], (start[1] if guard else None)
+        view, placement, est = start[0], start[1], (start[2] if guard else None)
+        view.model = current  # the engine's own copy: nothing it does reaches ``model``
     else:
+        view = GraphView(current)
         placement = place(view, profile)
         est = estimate_epochs(view, placement, profile) if guard else None
     rnd = 0
+    att = None
     while rnd < max_rounds:
         rnd += 1
         att = _round(view, placement, rules, profile, options, banned=banned)
@@ -248,6 +253,8 @@ def run_engine(
         current, view, placement, est = cand, cview, cplace, cest
         result.model = current
     result.placement, result.estimate = placement, est
+    # the last round ran on ``view`` (or, after the last round of ``max_rounds``, ``view`` is fresh)
+    result.view = view if (att is None or att.view is not view or not att.touched) else None
     result.model = stamp_provenance(result.model, result.provenance)
     # one interface change per edge: a later rewrite of the same edge (NAF012 after NAF004) wins
     last: dict[tuple[str, str], IoChange] = {}
@@ -401,6 +408,7 @@ def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetPro
                     continue
                 p = view.producer(t)
                 region_in.append(p.inputs[0].name if p is not None and p.op == "DequantizeLinear" else t.name)
+            att.touched = True
             ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=att.provenance,
                         taken=view.names_taken)  # one name set per view, not one graph walk per change
             neighbourhood = _neighbourhood(node)  # before the rewriter disconnects the anchor
