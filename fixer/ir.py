@@ -30,6 +30,7 @@ cycles until the next full garbage collection.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -113,23 +114,25 @@ def dtype_to_onnx(dtype) -> int:
 class _Links(list):
     """A node's inputs or outputs, or a tensor's producers or consumers. Adding an element records
     the owner on the element's opposite list (a node's input records the node among the tensor's
-    consumers), removing it removes the owner there (by identity)."""
+    consumers), removing it removes the owner there (by identity). The list refers to its owner
+    weakly: the only reference cycles of a graph are node -> tensor -> node, which
+    :meth:`Graph.release` breaks by clearing the nodes' lists."""
 
     __slots__ = ("_owner", "_peer")
 
     def __init__(self, owner, peer: str, initial: Iterable = ()):
         list.__init__(self)
-        self._owner = owner
+        self._owner = weakref.ref(owner)
         self._peer = peer
         if initial:
             self.extend(initial)
 
     def _link(self, elem) -> None:
-        list.append(getattr(elem, self._peer), self._owner)
+        list.append(getattr(elem, self._peer), self._owner())
 
     def _unlink(self, elem) -> None:
         peer = getattr(elem, self._peer)
-        owner = self._owner
+        owner = self._owner()
         for i, x in enumerate(peer):
             if x is owner:
                 list.__delitem__(peer, i)
@@ -207,9 +210,12 @@ class _Links(list):
         return (list, (list(self),))
 
 
+_ref = weakref.ref
+
+
 def _new_links(owner, peer: str) -> _Links:
     links = list.__new__(_Links)
-    links._owner = owner
+    links._owner = _ref(owner)
     links._peer = peer
     return links
 
@@ -244,7 +250,7 @@ class Tensor:
     """A tensor of a graph: ``inputs`` are the nodes that produce it (one, or none for graph inputs
     and constants), ``outputs`` the nodes that read it."""
 
-    __slots__ = ("name", "inputs", "outputs", "_src", "_pi")
+    __slots__ = ("name", "inputs", "outputs", "_src", "_pi", "__weakref__")
 
     DYNAMIC = -1
 
@@ -562,11 +568,26 @@ class Graph:
     __repr__ = __str__
 
     def release(self) -> None:
-        """Drop the protobuf references of the import (constants not decoded yet can no longer be
-        read); the graph's own objects go with the next garbage collection."""
+        """Free the graph now: drop the protobuf references of the import (one table; constants not
+        decoded yet can no longer be read) and disconnect the nodes from their tensors (the only
+        reference cycles), so reference counting frees nodes, tensors and values without waiting
+        for the cyclic garbage collector. The graph is empty afterwards."""
         if self._src is not None:
             self._src.protos = None
             self._src.functions = ()
+        clear = list.clear
+        stack = [self]
+        while stack:
+            g = stack.pop()
+            for n in g.nodes:
+                clear(n.inputs)
+                clear(n.outputs)
+                for v in n.attrs.values():
+                    if type(v) is Graph:
+                        stack.append(v)
+            g.nodes = []
+            g.inputs = []
+            g.outputs = []
 
     def subgraphs(self, recursive: bool = False) -> Iterator["Graph"]:
         for n in self.nodes:
