@@ -211,6 +211,7 @@ class _Links(list):
 
 
 _ref = weakref.ref
+_lnew = list.__new__
 
 
 def _new_links(owner, peer: str) -> _Links:
@@ -246,6 +247,22 @@ class _Source:
 # ------------------------------------------------------------------------------------------------
 
 
+def _sync_setattr(self, name, value):
+    """Assigning ``inputs`` or ``outputs`` replaces the list's contents (kept in sync)."""
+    if name == "inputs" or name == "outputs":
+        cur = getattr(self, name, None)
+        if cur is not None:
+            if value is not cur:
+                cur.clear()
+                cur.extend(value)
+            return
+    object.__setattr__(self, name, value)
+
+
+# Each public class (Variable, Constant, Node) derives from a "raw" class of the same layout with no
+# __setattr__: the importer fills a raw object with plain attribute stores and then sets its class.
+
+
 class Tensor:
     """A tensor of a graph: ``inputs`` are the nodes that produce it (one, or none for graph inputs
     and constants), ``outputs`` the nodes that read it."""
@@ -253,16 +270,6 @@ class Tensor:
     __slots__ = ("name", "inputs", "outputs", "_src", "_pi", "__weakref__")
 
     DYNAMIC = -1
-
-    def __setattr__(self, name, value):
-        if name == "inputs" or name == "outputs":
-            cur = getattr(self, name, None)
-            if cur is not None:
-                if value is not cur:
-                    cur.clear()
-                    cur.extend(value)
-                return
-        object.__setattr__(self, name, value)
 
     def is_empty(self) -> bool:
         """An omitted optional input or output (no name), not a tensor of no elements."""
@@ -295,10 +302,15 @@ class Tensor:
 _tensor_set = object.__setattr__
 
 
-class Variable(Tensor):
+class _VariableRaw(Tensor):
+    __slots__ = ("dtype", "shape", "type")
+
+
+class Variable(_VariableRaw):
     """A tensor whose value is known at run time only."""
 
-    __slots__ = ("dtype", "shape", "type")
+    __slots__ = ()
+    __setattr__ = _sync_setattr
 
     def __init__(self, name: str, dtype=None, shape: Sequence | None = None, type: str = "tensor_type"):
         s = _tensor_set
@@ -321,27 +333,39 @@ class Variable(Tensor):
 
 
 def _variable(name: str) -> Variable:
-    v = object.__new__(Variable)
-    s = _tensor_set
-    s(v, "name", name)
-    s(v, "inputs", _new_links(v, "outputs"))
-    s(v, "outputs", _new_links(v, "inputs"))
-    s(v, "dtype", None)
-    s(v, "shape", None)
-    s(v, "type", "tensor_type")
-    s(v, "_src", None)
-    s(v, "_pi", -1)
+    v = _VariableRaw()
+    v.name = name
+    wr = _ref(v)
+    ins = _lnew(_Links)
+    ins._owner = wr
+    ins._peer = "outputs"
+    v.inputs = ins
+    outs = _lnew(_Links)
+    outs._owner = wr
+    outs._peer = "inputs"
+    v.outputs = outs
+    v.dtype = None
+    v.shape = None
+    v.type = "tensor_type"
+    v._src = None
+    v._pi = -1
+    v.__class__ = Variable
     return v
 
 
-class Constant(Tensor):
+class _ConstantRaw(Tensor):
+    __slots__ = ("_values", "data_location", "_sparse", "_dirty")
+
+
+class Constant(_ConstantRaw):
     """A tensor whose value is stored in the model (an initializer, or a TENSOR attribute).
 
     Imported constants keep their ``TensorProto`` and decode :attr:`values` on first access, as a
     read-only array (copy it to edit; assign :attr:`values` to change the constant). Export writes
     the original ``TensorProto`` again unless :attr:`values` was assigned."""
 
-    __slots__ = ("_values", "data_location", "_sparse", "_dirty")
+    __slots__ = ()
+    __setattr__ = _sync_setattr
 
     def __init__(self, name: str, values: np.ndarray, data_location: int | None = None):
         if not isinstance(values, np.ndarray):
@@ -439,22 +463,31 @@ class Constant(Tensor):
 
 
 def _constant_from_proto(proto, src: _Source, sparse: bool = False) -> Constant:
-    c = object.__new__(Constant)
-    s = _tensor_set
-    s(c, "name", proto.values.name if sparse else proto.name)
-    s(c, "inputs", _new_links(c, "outputs"))
-    s(c, "outputs", _new_links(c, "inputs"))
-    s(c, "_values", None)
+    c = _ConstantRaw()
+    c.name = proto.values.name if sparse else proto.name
+    wr = _ref(c)
+    ins = _lnew(_Links)
+    ins._owner = wr
+    ins._peer = "outputs"
+    c.inputs = ins
+    outs = _lnew(_Links)
+    outs._owner = wr
+    outs._peer = "inputs"
+    c.outputs = outs
+    c._values = None
     loc = None
-    if not sparse and proto.HasField("data_location"):
-        loc = int(proto.data_location)
-    elif sparse:
+    if sparse:
         loc = int(proto.values.data_location)
-    s(c, "data_location", loc)
-    s(c, "_sparse", sparse)
-    s(c, "_dirty", False)
-    s(c, "_src", src)
-    s(c, "_pi", src.add(proto))
+    elif proto.HasField("data_location"):
+        loc = int(proto.data_location)
+    c.data_location = loc
+    c._sparse = sparse
+    c._dirty = False
+    c._src = src
+    protos = src.protos
+    c._pi = len(protos)
+    protos.append(proto)
+    c.__class__ = Constant
     return c
 
 
@@ -476,11 +509,16 @@ def _sparse_to_array(sp) -> np.ndarray:
 # ------------------------------------------------------------------------------------------------
 
 
-class Node:
+class _NodeRaw:
+    __slots__ = ("op", "name", "attrs", "inputs", "outputs", "domain", "_src", "_pi", "__weakref__")
+
+
+class Node(_NodeRaw):
     """An operation reading ``inputs`` and writing ``outputs`` (lists kept in sync with the
     tensors' producer/consumer lists)."""
 
-    __slots__ = ("op", "name", "attrs", "inputs", "outputs", "domain", "_src", "_pi", "__weakref__")
+    __slots__ = ()
+    __setattr__ = _sync_setattr
 
     def __init__(self, op: str, name: str | None = None, attrs: dict | None = None,
                  inputs: Sequence[Tensor] | None = None, outputs: Sequence[Tensor] | None = None,
@@ -494,16 +532,6 @@ class Node:
         s(self, "domain", domain)
         s(self, "_src", None)
         s(self, "_pi", -1)
-
-    def __setattr__(self, name, value):
-        if name == "inputs" or name == "outputs":
-            cur = getattr(self, name, None)
-            if cur is not None:
-                if value is not cur:
-                    cur.clear()
-                    cur.extend(value)
-                return
-        object.__setattr__(self, name, value)
 
     def subgraphs(self, recursive: bool = False) -> Iterator["Graph"]:
         """The graphs held in this node's attributes (the bodies of If/Loop/Scan)."""
@@ -885,12 +913,17 @@ class _Importer:
         return t
 
     def node(self, npr: onnx.NodeProto, local: dict, outer: list[dict], scope: list[dict]) -> Node:
-        n = object.__new__(Node)
-        s = object.__setattr__
-        ins = _new_links(n, "outputs")
-        outs = _new_links(n, "inputs")
+        n = _NodeRaw()
+        wr = _ref(n)
+        ins = _lnew(_Links)
+        ins._owner = wr
+        ins._peer = "outputs"
+        outs = _lnew(_Links)
+        outs._owner = wr
+        outs._peer = "inputs"
+        get = local.get
         for name in npr.input:
-            t = local.get(name)
+            t = get(name)
             if t is None:
                 for sc in reversed(outer):
                     t = sc.get(name)
@@ -903,7 +936,7 @@ class _Importer:
             list.append(ins, t)
             list.append(t.outputs, n)
         for name in npr.output:
-            t = local.get(name) if name else None
+            t = get(name) if name else None
             if t is None:
                 t = _variable(name)
                 if name:
@@ -911,17 +944,27 @@ class _Importer:
             list.append(outs, t)
             list.append(t.inputs, n)
         attrs = {}
-        if npr.attribute:
+        if len(npr.attribute):
             for a in npr.attribute:
-                attrs[a.name] = self.attr(a, scope)
-        s(n, "op", npr.op_type)
-        s(n, "name", npr.name)
-        s(n, "attrs", attrs)
-        s(n, "inputs", ins)
-        s(n, "outputs", outs)
-        s(n, "domain", npr.domain if npr.HasField("domain") else None)
-        s(n, "_src", self.src)
-        s(n, "_pi", self.src.add(npr))
+                t = a.type
+                if t == _A_INT and not a.ref_attr_name:
+                    attrs[a.name] = a.i
+                elif t == _A_INTS and not a.ref_attr_name:
+                    attrs[a.name] = list(a.ints)
+                else:
+                    attrs[a.name] = self.attr(a, scope)
+        n.op = npr.op_type
+        n.name = npr.name
+        n.attrs = attrs
+        n.inputs = ins
+        n.outputs = outs
+        n.domain = npr.domain if npr.HasField("domain") else None
+        src = self.src
+        n._src = src
+        protos = src.protos
+        n._pi = len(protos)
+        protos.append(npr)
+        n.__class__ = Node
         return n
 
     def attr(self, a: AttributeProto, scope: list[dict]):
