@@ -97,8 +97,7 @@ class GraphView:
         with gc_paused():
             self.graph = ir.import_onnx(model)
             self.graph.toposort()
-        self._names_unique()
-        self.nested_owner = self._nested_owners()
+        self.nested_owner = self._names_unique()
         self.input_names = frozenset(t.name for t in self.graph.inputs)
         self.output_names = frozenset(t.name for t in self.graph.outputs)
         self.folded = self._constant_foldable()
@@ -114,22 +113,23 @@ class GraphView:
         self.__dict__.clear()
         self.graph = None
 
-    def _names_unique(self) -> None:
-        """Give every node a unique name, subgraph nodes included (top-level names are kept first)."""
+    def _names_unique(self) -> dict[str, ir.Node]:
+        """Give every node a unique name, subgraph nodes included (top-level names are kept first);
+        returns the subgraph nodes' owners by name (:attr:`nested_owner`)."""
+        top = self.graph.nodes
+        nested = [(n, t) for t in top if _has_subgraph(t) for n in _nested_nodes(t)]
         seen: set[str] = set()
-        nested = [n for top in self.graph.nodes for n in _nested_nodes(top)]
-        for i, node in enumerate(list(self.graph.nodes) + nested):
-            if not node.name or node.name in seen:
-                base = node.name or f"{node.op}_{i}"
+        for i, node in enumerate(top + [n for n, _ in nested] if nested else top):
+            name = node.name
+            if not name or name in seen:
+                base = name or f"{node.op}_{i}"
                 name, k = base, 1
                 while name in seen:
                     name = f"{base}_{k}"
                     k += 1
                 node.name = name
-            seen.add(node.name)
-
-    def _nested_owners(self) -> dict[str, ir.Node]:
-        return {n.name: top for top in self.graph.nodes for n in _nested_nodes(top)}
+            seen.add(name)
+        return {n.name: t for n, t in nested}
 
     def owner(self, node: ir.Node) -> ir.Node:
         """The top-level node that runs ``node``: itself, or the If/Loop/Scan whose subgraph holds it."""
@@ -151,6 +151,7 @@ class GraphView:
                 return int(imp.version)
         return 0
 
+    # -- index: built on first use, kept current by add_node / remove_node -------------------
     @cached_property
     def by_name(self) -> dict[str, ir.Node]:
         return {n.name: n for n in self.graph.nodes}
@@ -160,7 +161,49 @@ class GraphView:
         """Every tensor and node name of the graph, built once per view and shared by the round's
         :class:`Editor` s, which add the names they create: a new name costs a set lookup, not a
         walk of the whole graph per rewrite."""
-        return set(self.graph.tensors().keys()) | {n.name for n in self.graph.nodes}
+        return set(self.graph.tensors()) | {n.name for n in self.graph.nodes}
+
+    def add_node(self, node: ir.Node) -> None:
+        """Record ``node``, already in the graph and wired (its producers recorded before it), in
+        the index: names, subgraph owners and constant folding (which spreads to the nodes that
+        read it). The index then matches a view built from the edited graph."""
+        d = self.__dict__
+        if "by_name" in d:
+            self.by_name[node.name] = node
+        if "names_taken" in d:
+            self.names_taken.add(node.name)
+            self.names_taken.update(t.name for t in (*node.inputs, *node.outputs) if t.name)
+        if _has_subgraph(node):
+            for n in _nested_nodes(node):
+                self.nested_owner[n.name] = node
+        # its readers were rewired to it: their folding is decided again too
+        self.refresh_folded(node, *(c for t in node.outputs for c in t.outputs))
+
+    def remove_node(self, node: ir.Node) -> None:
+        """Forget ``node`` (call before disconnecting it; the nodes that read it are refreshed when
+        they are rewired: :meth:`add_node` of what they read now, or :meth:`refresh_folded`).
+        Names stay taken."""
+        d = self.__dict__
+        if "by_name" in d and self.by_name.get(node.name) is node:
+            del self.by_name[node.name]
+        for n in _nested_nodes(node) if _has_subgraph(node) else ():
+            self.nested_owner.pop(n.name, None)
+        self.folded.discard(node.name)
+
+    def refresh_folded(self, *nodes: ir.Node) -> None:
+        """Re-decide whether ``nodes`` (whose inputs changed) are folded at compile time, and their
+        readers' wherever that changes."""
+        stack = list(nodes)
+        nested = self.nested_owner
+        while stack:
+            n = stack.pop()
+            if n.name in nested:  # folding is decided for top-level nodes (on their own inputs)
+                continue
+            now = self._foldable(n, self.folded)
+            if now == (n.name in self.folded):
+                continue
+            (self.folded.add if now else self.folded.discard)(n.name)
+            stack.extend(c for t in n.outputs for c in t.outputs)
 
     # -- tensors ---------------------------------------------------------------------------
     @staticmethod
@@ -263,32 +306,36 @@ class GraphView:
                     yield c, cur
 
     # -- constant folding ------------------------------------------------------------------
-    def _constant_foldable(self) -> frozenset[str]:
+    def _constant_foldable(self) -> set[str]:
         """Nodes the compiler evaluates at compile time: all inputs constant, or Shape of a static tensor."""
         folded: set[str] = set()
         for node in self.graph.nodes:
-            if node.op == "Constant":
+            if self._foldable(node, folded):
                 folded.add(node.name)
-                continue
-            if node.op in ("Shape", "Size") and node.inputs and self.info(node.inputs[0]).static:
-                folded.add(node.name)
-                continue
-            ins = [t for t in node.inputs if not _empty(t)]
-            if node.op in QDQ_OPS:
-                # A Q/DQ of a constant is a weight; it stays visible so placement can call it folded.
-                continue
-            if ins and all(isinstance(t, ir.Constant) or (self.producer(t) is not None and self.producer(t).name in folded)
-                           for t in ins):
-                folded.add(node.name)
-        return frozenset(folded)
+        return folded
+
+    def _foldable(self, node: ir.Node, folded: set[str]) -> bool:
+        op = node.op
+        if op == "Constant":
+            return True
+        if op in ("Shape", "Size") and node.inputs and self.info(node.inputs[0]).static:
+            return True
+        if op in QDQ_OPS:
+            # A Q/DQ of a constant is a weight; it stays visible so placement can call it folded.
+            return False
+        ins = [t for t in node.inputs if not _empty(t)]
+        return bool(ins) and all(type(t) is ir.Constant or (t.inputs and t.inputs[0].name in folded) for t in ins)
 
 
 def _nested_nodes(node: ir.Node) -> Iterator[ir.Node]:
     """Every node inside the subgraphs of ``node`` (recursively)."""
-    for sub in node.subgraphs() if hasattr(node, "subgraphs") else ():
+    for sub in node.subgraphs():
         for n in sub.nodes:
             yield n
             yield from _nested_nodes(n)
+
+
+_has_subgraph = ir.has_subgraph
 
 
 def _empty(t: ir.Tensor) -> bool:

@@ -556,7 +556,8 @@ class Node(_NodeRaw):
     __repr__ = __str__
 
 
-def _has_subgraph(node: Node) -> bool:
+def has_subgraph(node: Node) -> bool:
+    """Whether an attribute of ``node`` holds a graph (If/Loop/Scan bodies)."""
     for v in node.attrs.values():
         if type(v) is Graph:
             return True
@@ -667,7 +668,7 @@ class Graph:
             for t in n.inputs:
                 if t.name not in local:
                     out[t.name] = t
-            if _has_subgraph(n):
+            if has_subgraph(n):
                 for sub in n.subgraphs():
                     for t in sub._foreign_tensors():
                         if t.name not in local:
@@ -676,7 +677,7 @@ class Graph:
 
     def _reads(self, node: Node) -> list[Tensor]:
         """The tensors ``node`` reads: its inputs, and what its subgraphs read from outside."""
-        if not _has_subgraph(node):
+        if not has_subgraph(node):
             return node.inputs
         reads = list(node.inputs)
         for sub in node.subgraphs():
@@ -757,7 +758,7 @@ class Graph:
         order: list[int] | None = list(range(n_nodes))
         for i, n in enumerate(nodes):
             lv = 0
-            for t in (n.inputs if not _has_subgraph(n) else self._reads(n)):
+            for t in (n.inputs if not has_subgraph(n) else self._reads(n)):
                 for p in t.inputs:
                     j = pos.get(id(p))
                     if j is None:

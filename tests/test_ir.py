@@ -337,3 +337,60 @@ def test_cleanup_keeps_producers_of_what_a_subgraph_reads():
     ifn.attrs["then_branch"].nodes[0].inputs[0] = g.inputs[0]  # the branch no longer reads 'a'
     g.cleanup()
     assert sorted(n.name for n in g.nodes) == ["gt", "if", "rs"]
+
+
+# -- GraphView index ---------------------------------------------------------------------------------
+
+
+def folding_model() -> onnx.ModelProto:
+    """c -> Neg -> Relu (both folded at compile time) -> Add(x, .) -> y; an If reads 'r'."""
+    then_g = h.make_graph([h.make_node("Identity", ["r"], ["t_out"], name="then_id")], "then", [], [tv("t_out", [1, 4])])
+    else_g = h.make_graph([h.make_node("Identity", ["x"], ["e_out"], name="else_id")], "else", [], [tv("e_out", [1, 4])])
+    nodes = [h.make_node("Neg", ["c"], ["n"], name="neg"),
+             h.make_node("Relu", ["n"], ["r"], name="relu"),
+             h.make_node("Add", ["x", "r"], ["y"], name="add"),
+             h.make_node("If", ["flag"], ["z"], name="if", then_branch=then_g, else_branch=else_g)]
+    return make_model(nodes, [tv("x", [1, 4])], [tv("y", [1, 4]), tv("z", [1, 4])],
+                      [nh.from_array(np.ones((1, 4), np.float32), "c"), nh.from_array(np.array(True), "flag")])
+
+
+def _index(view: GraphView) -> tuple:
+    return dict(view.by_name), set(view.folded), {k: v.name for k, v in view.nested_owner.items()}
+
+
+def _rebuilt(view: GraphView) -> tuple:
+    g = view.graph
+    nested = {n.name: top.name for top in g.nodes for sub in top.subgraphs() for n in sub.nodes}
+    return {n.name: n for n in g.nodes}, view._constant_foldable(), nested
+
+
+def test_graph_view_index_is_updated_in_place():
+    from fixer.graph import Editor
+
+    view = GraphView(folding_model())
+    assert view.folded == {"neg", "relu", "if"} and view.nested_owner["then_id"].name == "if"
+    assert _index(view) == _rebuilt(view)
+    nodes = {n.name: n for n in view.nodes}
+    x = view.graph.inputs[0]
+    ed = Editor(view.graph, rule_id="T", anchor=nodes["relu"], provenance={}, taken=view.names_taken)
+    # relu now reads x * 2 (not foldable): relu stops being folded
+    mul = ed.node("Mul", [x, ed.const(np.full((1, 4), 2, np.float32))])
+    view.remove_node(nodes["neg"])
+    nodes["relu"].inputs[0] = mul.outputs[0]
+    ed.remove(nodes["neg"])
+    view.add_node(mul)
+    view.refresh_folded(nodes["relu"])
+    view.graph.cleanup().toposort()
+    assert "neg" not in view.folded and "relu" not in view.folded and "Mul" in {n.op for n in view.nodes}
+    assert mul.name in view.names_taken and view.by_name[mul.name] is mul
+    assert _index(view) == _rebuilt(view)
+    # a folded replacement spreads to its readers: relu reads a constant again
+    ed2 = Editor(view.graph, rule_id="T", anchor=nodes["relu"], provenance={}, taken=view.names_taken)
+    neg2 = ed2.node("Neg", [ed2.const(np.ones((1, 4), np.float32))])
+    view.remove_node(mul)
+    ed2.replace_uses(mul.outputs[0], neg2.outputs[0])
+    ed2.remove(mul)
+    view.add_node(neg2)
+    view.graph.cleanup().toposort()
+    assert {neg2.name, "relu"} <= view.folded
+    assert _index(view) == _rebuilt(view)
