@@ -29,15 +29,12 @@ cycles until the next full garbage collection.
 
 from __future__ import annotations
 
-import logging
 import weakref
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import onnx
 from onnx import AttributeProto, TensorProto, helper, numpy_helper
-
-log = logging.getLogger(__name__)
 
 __all__ = ["Tensor", "Variable", "Constant", "Node", "Graph", "import_onnx", "export_onnx", "dtype_to_onnx"]
 
