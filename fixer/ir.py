@@ -825,8 +825,12 @@ def _vi_type(vi) -> tuple[object, list | None, str | None]:
         if tt.HasField("shape"):
             shape = []
             for d in tt.shape.dim:
+                v = d.dim_value
+                if v:  # the common case: one field read
+                    shape.append(v)
+                    continue
                 w = d.WhichOneof("value")
-                shape.append(d.dim_value if w == "dim_value" else d.dim_param if w == "dim_param" else None)
+                shape.append(v if w == "dim_value" else d.dim_param if w == "dim_param" else None)
     elif kind == "sequence_type":
         code = tp.sequence_type.elem_type.tensor_type.elem_type
     elif kind == "map_type":
