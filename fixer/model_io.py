@@ -11,6 +11,7 @@ external data above the 2 GB protobuf limit, and clamps the IR version to what o
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections import deque
@@ -596,20 +597,18 @@ def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _unknown_shape_tensors(model: onnx.ModelProto) -> list[str]:
-    known = {}
-    for vi in list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input):
+    """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs."""
+    g = model.graph
+    known = {t.name for t in g.initializer}
+    for vi in itertools.chain(g.value_info, g.output, g.input):
         tt = vi.type.tensor_type
-        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            known[vi.name] = True
-    known.update({t.name: True for t in model.graph.initializer})
-    missing = []
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            continue
-        for o in node.output:
-            if o and o not in known:
-                missing.append(o)
-    return missing
+        if tt.HasField("shape"):
+            for d in tt.shape.dim:
+                if not d.HasField("dim_value"):
+                    break
+            else:
+                known.add(vi.name)
+    return [o for node in g.node if node.op_type != "Constant" for o in node.output if o and o not in known]
 
 
 def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str]) -> None:
