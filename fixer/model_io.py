@@ -105,12 +105,14 @@ def load_model(
     if not data:
         raise InputError(f"{p}: the file is empty, not an ONNX model.")
     imported = None
+    text_ok = False  # every text field is UTF-8 (else, or when unknown, _check_strings walks them)
     if is_tflite(data):  # by content: the TFLite flatbuffer identifier, whatever the file is called
         from .importers.tflite import import_tflite
 
         imported = import_tflite(data, p)
         model = imported.model
     else:
+        text_ok = text_fields_are_utf8(data)  # (before the parse: its throwaway copy and the model never coexist)
         model = onnx.ModelProto()
         try:
             model.ParseFromString(data)
@@ -118,7 +120,6 @@ def load_model(
             raise InputError(f"{p}: not an ONNX model, or truncated/corrupt (protobuf parse failed: {exc}).") from None
         if not model.HasField("graph") or (model.ir_version <= 0 and not model.opset_import):
             raise InputError(f"{p}: not an ONNX model (no graph or IR version in the protobuf).")
-    text_ok = imported is None and text_fields_are_utf8(data)
     scan = _NodeScan(model.graph, model.functions)
     if imported is None:
         _load_external_data(model, p, scan)
@@ -236,10 +237,8 @@ def _utf8_mirror():
     try:
         from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
         from google.protobuf.message import DecodeError
-        from onnx import onnx_ml_pb2
-
         fdp = descriptor_pb2.FileDescriptorProto()
-        onnx_ml_pb2.DESCRIPTOR.CopyToProto(fdp)
+        onnx.ModelProto.DESCRIPTOR.file.CopyToProto(fdp)
         old = "." + fdp.package + "."
         fdp.package = "nafix_utf8." + fdp.package
         fdp.name = "nafix_utf8/" + fdp.name
@@ -282,11 +281,9 @@ def text_fields_are_utf8(data: bytes) -> bool:
     mirror = _utf8_mirror()
     if mirror is None:
         return False
-    from google.protobuf.message import DecodeError
-
     try:
         mirror.FromString(data)
-    except (DecodeError, RuntimeError, ValueError):
+    except Exception:  # noqa: BLE001 - bad UTF-8 (DecodeError) or anything else: the parse of the model decides
         return False
     return True
 
