@@ -253,3 +253,34 @@ def test_duplicate_node_names_are_renamed_once(tmp_path):
     assert [n.name for n in loaded.model.graph.node] == ["n", "n_2", "n_1"]
     assert any("1 node(s) shared their name" in w for w in loaded.warnings)
     assert os.path.getsize(src) == len(m.SerializeToString())  # the input file is never rewritten
+
+
+# ------------------------------------------------------------------------------------------------
+# placement and the memory estimate share one QuantDomain
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["classifier_softmax", "movenet_like", "denoiser_257", "big_activations_float"])
+def test_a_shared_quant_domain_places_and_sizes_as_fresh_ones(name, monkeypatch):
+    from fixer.api import AnalysisOptions, resolve_profile
+    from fixer.graph import GraphView
+    from fixer.npu import placement as pl
+    from fixer.npu.memory import estimate_memory
+    from fixer.npu.placement import QuantDomain, is_oe_export, place, quant_domain
+
+    src = Path(__file__).resolve().parents[1] / "sample_models" / f"{name}.onnx"
+    profile = resolve_profile(AnalysisOptions())
+    model = load_model(src).model
+    view, other = GraphView(model), GraphView(model)
+    domain = quant_domain(view, profile)
+    shared = place(view, profile, domain=domain)
+    fresh = place(view, profile)
+    assert shared == fresh
+    built = []
+    monkeypatch.setattr(pl, "quant_domain", lambda v, p: built.append(v) or quant_domain(v, p))
+    place(view, profile, domain=domain)
+    assert built == []  # the caller's domain is used
+    assert place(other, profile, domain=domain) == place(other, profile)
+    assert built == [other, other]  # another view's domain is not: one is built for the view placed
+    strict = QuantDomain(view, profile, strict=not is_oe_export(model))
+    assert estimate_memory(view, shared, domain) == estimate_memory(view, fresh, strict)
