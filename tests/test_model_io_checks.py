@@ -137,8 +137,8 @@ def test_node_scan_matches_the_former_walks(bad):
     m = onnx.load_from_string(data)
     scan = _NodeScan(m.graph, m.functions)
     assert [n.name for n in scan.nodes] == [n.name for n in _all_nodes(m.graph)] == ["first", "if", "other", "inner"]
-    assert scan.inputs == [tuple(n.input) for n in m.graph.node]
-    assert scan.outputs == [tuple(n.output) for n in m.graph.node]
+    assert scan.inputs == [list(n.input) for n in m.graph.node]
+    assert scan.outputs == [list(n.output) for n in m.graph.node]
     got = (scan.bad_text[0].name, scan.bad_text[1].name) if scan.bad_text else None
     assert got == _reference_bad_text(m.graph)
     assert got == ({"BADOUTER": ("if", "tag"), "BADINNER": ("inner", "mode")}[bad[0]] if bad else None)
