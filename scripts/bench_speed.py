@@ -218,7 +218,9 @@ import onnx
 from fixer.api import FixOptions, fix
 from fixer.quantize import CalibrationOptions
 out = sys.argv[2]
-r = fix(sys.argv[1], FixOptions(output=out, force=True, quantize=True, calib=CalibrationOptions(seed=0)))
+# sys.argv[3]: calibration samples (random data); absent: nafix's default (CalibrationOptions.random_samples)
+calib = CalibrationOptions(seed=0, random_samples=int(sys.argv[3])) if len(sys.argv) > 3 else CalibrationOptions(seed=0)
+r = fix(sys.argv[1], FixOptions(output=out, force=True, quantize=True, calib=calib))
 OUT = {"nodes": len(onnx.load(out).graph.node)}
 """
 
@@ -269,7 +271,7 @@ def bench_quantize(folder: Path, samples: int = 16) -> None:
             for _ in range(2):  # interleaved
                 runs["plain"].append(_child(_PLAIN_CHILD, str(fl), str(Path(tmp) / "y_plain.onnx"), str(samples)))
                 runs["nafix"].append(_child(_NAFIX_Q_CHILD, str(fl), str(Path(tmp) / "y_nafix.onnx"), str(samples)))
-                runs["full"].append(_child(_QUANTIZE_CHILD, str(fl), str(Path(tmp) / "y_full.onnx")))
+                runs["full"].append(_child(_QUANTIZE_CHILD, str(fl), str(Path(tmp) / "y_full.onnx"), str(samples)))
             p = {k: med([x[k] for x in runs["plain"]]) for k in ("wall_s", "cpu_s", "rss_mib")}
             q = {k: med([x[k] for x in runs["nafix"]]) for k in ("wall_s", "cpu_s", "rss_mib")}
             print(f"float YOLOv8n ({size:.1f} MB, dequantized from {yolo.name}), {samples} samples: nafix "
