@@ -131,6 +131,35 @@ def _saved_tensors(model: onnx.ModelProto) -> tuple[list[str], dict[str, int]]:
     return list(out), out
 
 
+def _dequantize_tables(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, tuple[str, int, np.ndarray]]:
+    """For each tensor among ``names`` that a per-tensor DequantizeLinear of int8 or uint8 values
+    writes, with scale and zero-point initializers: (its quantized input, that input's ONNX element
+    type, the 256 values the output can take).
+
+    DequantizeLinear is ``float32(int32(x) - zero_point) * scale`` element by element, one rounding
+    (ONNX's definition, onnxruntime's kernel): the table holds that for every byte value, so
+    ``table[x.view(uint8)]`` is bit for bit the float tensor, which then need not be a graph output
+    of the probe (a quarter of the bytes, and one float tensor held at a time)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    wanted = set(names)
+    out: dict[str, tuple[str, int, np.ndarray]] = {}
+    for n in model.graph.node:
+        if (n.op_type != "DequantizeLinear" or n.domain not in ("", "ai.onnx") or len(n.input) != 3
+                or not n.output or n.output[0] not in wanted or any(a.name != "axis" for a in n.attribute)):
+            continue
+        s, z = inits.get(n.input[1]), inits.get(n.input[2])
+        if s is None or z is None or s.data_type != onnx.TensorProto.FLOAT:
+            continue
+        scale, zero = onnx.numpy_helper.to_array(s), onnx.numpy_helper.to_array(z)
+        if scale.size != 1 or zero.size != 1 or zero.dtype not in (np.int8, np.uint8):
+            continue
+        codes = np.arange(256, dtype=np.uint8).view(zero.dtype)  # the value of each byte
+        table = (codes.astype(np.int32) - np.int32(zero.reshape(-1)[0])).astype(np.float32) \
+            * np.float32(scale.reshape(-1)[0])
+        out[n.output[0]] = (n.input[0], z.data_type, table)
+    return out
+
+
 class _Probe:
     """A model whose chosen intermediate tensors are graph outputs, run under the options of the
     accuracy sessions (no graph optimization: the models as written). A tensor that is a graph input
@@ -202,16 +231,24 @@ def _worst_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
             q_req = sorted({q for _, _, q in pairs})
             if not pairs:
                 return [], {}
+            # dequantized tensors are computed from the int8 ones the probe outputs (bit for bit)
+            tables = _dequantize_tables(q_model, q_req)
+            q_fetch = [tables[q][0] if q in tables else q for q in q_req]
+            q_types = {**q_types, **{src: elem for src, elem, _ in tables.values()}}
             f_probe = _Probe(f_model, f_req, f_types)
-            q_probe = _Probe(q_model, q_req, q_types)
+            q_probe = _Probe(q_model, q_fetch, q_types)
             del f_model, q_model
             for i, feed in enumerate(feeds):
                 f_vals = f_probe.run(f_req, feed)
-                q_vals = q_probe.run([*outputs, *q_req], feed)
+                q_vals = q_probe.run([*outputs, *q_fetch], feed)
                 got[i] = {n: q_vals[n] for n in outputs}
                 for name, f, q in pairs:
                     x = np.asarray(f_vals[f], dtype=np.float32).ravel()
-                    y = np.asarray(q_vals[q], dtype=np.float32).ravel()
+                    if q in tables:
+                        src, _, table = tables[q]
+                        y = np.take(table, np.ascontiguousarray(q_vals[src]).view(np.uint8)).ravel()
+                    else:
+                        y = np.asarray(q_vals[q], dtype=np.float32).ravel()
                     if x.shape != y.shape:
                         continue
                     d = x - y
