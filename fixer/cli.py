@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import sys
 from enum import Enum
 from pathlib import Path
@@ -28,7 +29,36 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-out = Console(soft_wrap=False)
+def _stdout_to_devnull() -> None:
+    """The reader of stdout has gone (``nafix audit DIR | head``): send the rest of the output to
+    /dev/null so the command still finishes and exits with its own result, with no traceback."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # stdout without a file descriptor (tests): nothing to redirect
+        pass
+
+
+class _Console(Console):
+    """Rich's console ends the process with exit code 1 on a broken pipe; nafix keeps the command's
+    own exit code (0, or 1 for findings per --fail-on), as if the output had been read in full."""
+
+    def on_broken_pipe(self) -> None:
+        _stdout_to_devnull()
+        self.quiet = True
+
+
+def _stdout(text: str) -> None:
+    """Write ``text`` to stdout; a closed pipe is the reader's choice, not an error."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
+
+
+out = _Console(soft_wrap=False)
 # soft_wrap: an error is one line on stderr whatever the terminal width (scripts grep for "error:")
 err = Console(stderr=True, soft_wrap=True)
 
@@ -344,7 +374,7 @@ def fix_cmd(
     except Exception as exc:  # noqa: BLE001 - a corrupt model is bad input; anything else is nafix's bug
         _invalid_model_or_raise(model, exc)
     if fmt == OutFormat.json:
-        sys.stdout.write(json.dumps(fix_dict(result), indent=2) + "\n")
+        _stdout(json.dumps(fix_dict(result), indent=2) + "\n")
     else:
         for r in fix_renderables(result, verbose=verbose):
             out.print(r)
@@ -506,10 +536,10 @@ def calibrate_cmd(
     except NafixError as exc:
         _fail(exc)
     if fmt == OutFormat.json:
-        sys.stdout.write(json.dumps({"estimated": True, "summary": summary(rows),
+        _stdout(json.dumps({"estimated": True, "summary": summary(rows),
                                      "rows": [r.as_dict() for r in rows]}, indent=2) + "\n")
     else:
-        sys.stdout.write(calibration_table(rows))
+        _stdout(calibration_table(rows))
 
 
 @app.command("explain")
@@ -621,7 +651,7 @@ def rules_cmd(
 
                 raise UsageError(f"unknown rule '{rule_id}'{_suggest(rule_id, [r.id for r in loaded] + [r.name for r in loaded])}.")
             text = rule_markdown(match).split("\n", 10)[-1]
-            sys.stdout.write(text)
+            _stdout(text)
             return
     except NafixError as exc:
         _fail(exc)
@@ -664,7 +694,7 @@ def _as_text(renderables) -> str:
 def _emit(text: str, output: Optional[Path], *, force: bool = False, protected=()) -> None:
     """``text`` on stdout, or written to ``output`` through :mod:`fixer.outputs`."""
     if output is None:
-        sys.stdout.write(text)
+        _stdout(text)
         return
     from .outputs import REPORT, write_output
 
@@ -738,6 +768,9 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(getattr(exc, "exit_code", 2) or 2)
     except SystemExit:
         raise
+    except BrokenPipeError:  # a write to stdout nafix did not route through _stdout/_Console
+        _stdout_to_devnull()
+        sys.exit(1)
     except MemoryError:
         if _state["debug"]:
             raise
@@ -749,6 +782,10 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise
         err.print("[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
         sys.exit(3)
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _stdout_to_devnull()
     sys.exit(code if isinstance(code, int) else 0)
 
 
