@@ -280,9 +280,14 @@ def bench_quantize(folder: Path, samples: int = 16) -> None:
                   f"{q['wall_s'] / p['wall_s']:.2f}x time, {q['cpu_s'] / p['cpu_s']:.2f}x CPU, "
                   f"{q['rss_mib'] / p['rss_mib']:.2f}x memory (target <= 1.5x)")
             f = {k: med([x[k] for x in runs["full"]]) for k in ("wall_s", "cpu_s", "rss_mib")}
+            from fixer.quantize import CalibrationOptions
+
+            default = CalibrationOptions().random_samples
             print(f"  whole `nafix MODEL --quantize` on it (float rewrites, quantization, accuracy report, gate, "
-                  f"writing): {f['wall_s']:.1f} s / {f['cpu_s']:.1f} s CPU / {f['rss_mib']:.0f} MiB; "
-                  f"{f['wall_s'] / p['wall_s']:.2f}x time, {f['rss_mib'] / p['rss_mib']:.2f}x memory of plain quantize_static")
+                  f"writing), the same {samples} calibration samples (nafix's default: {default}): "
+                  f"{f['wall_s']:.1f} s / {f['cpu_s']:.1f} s CPU / {f['rss_mib']:.0f} MiB; "
+                  f"{f['wall_s'] / p['wall_s']:.2f}x time, {f['cpu_s'] / p['cpu_s']:.2f}x CPU, "
+                  f"{f['rss_mib'] / p['rss_mib']:.2f}x memory of plain quantize_static (target <= 1.5x)")
 
 
 def bench_onnxslim(folder: Path, repeat: int) -> None:
