@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import onnx
-import onnx_graphsurgeon as gs
+from . import ir
 
 from .graph import Editor, GraphView, node_label
 from .npu.estimate import EpochEstimate, estimate_epochs
@@ -75,7 +75,7 @@ class EngineResult:
         return sorted({c.rule for c in self.changes})
 
 
-def _neighbourhood(node: gs.Node) -> set[str]:
+def _neighbourhood(node: ir.Node) -> set[str]:
     names = {node.name}
     for t in node.inputs:
         for p in t.inputs:
@@ -86,9 +86,9 @@ def _neighbourhood(node: gs.Node) -> set[str]:
     return names
 
 
-def export_like(graph: gs.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
+def export_like(graph: ir.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
     """Export ``graph`` keeping the template model's IR version, opsets, producer and metadata."""
-    model = gs.export_onnx(graph, do_type_check=False)
+    model = ir.export_onnx(graph)
     model.ir_version = template.ir_version
     del model.opset_import[:]
     model.opset_import.extend(template.opset_import)
@@ -129,7 +129,7 @@ class _Attempt:
 
     view: GraphView
     changes: list[Change] = field(default_factory=list)
-    near: list[tuple[Rule, gs.Node, str]] = field(default_factory=list)
+    near: list[tuple[Rule, ir.Node, str]] = field(default_factory=list)
     io_changes: list[IoChange] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
 
@@ -335,7 +335,7 @@ def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetPro
     return att
 
 
-def _boundary(view: GraphView, node: gs.Node) -> tuple[str, ...]:
+def _boundary(view: GraphView, node: ir.Node) -> tuple[str, ...]:
     """The int8 tensors right after ``node``: its QuantizeLinear outputs, looking through one
     activation that alone reads its output (Conv -> Relu -> QuantizeLinear)."""
     from .npu.placement import ACTIVATIONS
@@ -357,7 +357,7 @@ def _near_named(result: EngineResult, seen: set, rule_id: str, node: str, op: st
     result.near_misses.append(NearMissReport(rule_id, node, op, reason))
 
 
-def _near(result: EngineResult, seen: set, rule: Rule, node: gs.Node, reason: str) -> None:
+def _near(result: EngineResult, seen: set, rule: Rule, node: ir.Node, reason: str) -> None:
     key = (rule.id, node.name)
     if key in seen:
         return

@@ -1,4 +1,4 @@
-"""The one facade over onnx-graphsurgeon that the rest of nafix reads graphs through.
+"""The one facade over nafix's graph IR (:mod:`fixer.ir`) that the rest of nafix reads graphs through.
 
 :class:`GraphView` answers the questions the placement model and the rules ask: who produces a
 tensor, who consumes it, is it a constant (an initializer, a ``Constant`` node, or a subgraph the
@@ -16,7 +16,7 @@ from typing import Iterable, Iterator
 
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
+from . import ir
 
 #: Ops that only move or relabel data; the compiler folds them into their neighbours.
 MOVEMENT_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
@@ -44,8 +44,8 @@ class TensorInfo:
 def gc_paused():
     """Pause Python's cyclic garbage collector while a block allocates a large object graph.
 
-    onnx-graphsurgeon builds several small objects per node and tensor (they reference each other);
-    every few hundred allocations the collector would walk the older generations, so a 30,000-node
+    An import builds several small objects per node and tensor (they reference each other); every
+    few hundred allocations the collector would walk the older generations, so a 30,000-node
     import spent more time collecting than building, and more the larger the heap already was. The
     collector runs again after the block (nothing is leaked: unreachable cycles are collected then).
     """
@@ -79,7 +79,7 @@ def relaxed_gc(func):
     return wrapper
 
 
-def node_label(node: gs.Node) -> str:
+def node_label(node: ir.Node) -> str:
     return node.name or f"{node.op} -> {node.outputs[0].name if node.outputs else '?'}"
 
 
@@ -88,60 +88,50 @@ class GraphView:
 
     Subgraphs (the bodies of If/Loop/Scan): :attr:`nodes` are the top-level nodes only. A node
     inside a subgraph that reads an outer-scope tensor shows up among that tensor's consumers (as
-    onnx-graphsurgeon records it); :meth:`owner` maps it to the top-level control-flow node that
+    :mod:`fixer.ir` records it); :meth:`owner` maps it to the top-level control-flow node that
     contains it, which is the node that really reads the tensor at run time.
     """
 
     def __init__(self, model: onnx.ModelProto):
         self.model = model
         with gc_paused():
-            self.graph = gs.import_onnx(model)
+            self.graph = ir.import_onnx(model)
             self.graph.toposort()
-        self._names_unique()
-        self.nested_owner = self._nested_owners()
+        self.nested_owner = self._names_unique()
         self.input_names = frozenset(t.name for t in self.graph.inputs)
         self.output_names = frozenset(t.name for t in self.graph.outputs)
         self.folded = self._constant_foldable()
 
     def release(self) -> None:
-        """Free the imported graph now: onnx-graphsurgeon's nodes and tensors reference each other
-        (every node and tensor through its own input/output lists), so without this they, and the
-        weight arrays they hold, wait for a full pass of the cyclic garbage collector, and a folder
-        audit grew by every model it had analysed. The view is unusable afterwards."""
+        """Let go of the model now: the graph drops the protobuf references of its import (one table,
+        not a walk of the graph), so the model's memory (weights included) is freed when the caller
+        drops it, without waiting for the garbage collector to find the graph's node/tensor
+        reference cycles (which hold only small objects then). The view is unusable afterwards."""
         graph = self.__dict__.get("graph")
-        if graph is None:
-            return
-        graphs = [graph] + [sub for top in graph.nodes for n in (top, *_nested_nodes(top))
-                            for sub in (n.subgraphs() if hasattr(n, "subgraphs") else ())]
-        for g in graphs:
-            tensors = {id(t): t for n in g.nodes for t in (*n.inputs, *n.outputs)}
-            tensors.update((id(t), t) for t in (*g.inputs, *g.outputs))
-            for n in g.nodes:
-                n.__dict__.clear()
-            for t in tensors.values():
-                t.__dict__.clear()
-            g.__dict__.clear()
+        if graph is not None:
+            graph.release()
         self.__dict__.clear()
         self.graph = None
 
-    def _names_unique(self) -> None:
-        """Give every node a unique name, subgraph nodes included (top-level names are kept first)."""
+    def _names_unique(self) -> dict[str, ir.Node]:
+        """Give every node a unique name, subgraph nodes included (top-level names are kept first);
+        returns the subgraph nodes' owners by name (:attr:`nested_owner`)."""
+        top = self.graph.nodes
+        nested = [(n, t) for t in top if _has_subgraph(t) for n in _nested_nodes(t)]
         seen: set[str] = set()
-        nested = [n for top in self.graph.nodes for n in _nested_nodes(top)]
-        for i, node in enumerate(list(self.graph.nodes) + nested):
-            if not node.name or node.name in seen:
-                base = node.name or f"{node.op}_{i}"
+        for i, node in enumerate(top + [n for n, _ in nested] if nested else top):
+            name = node.name
+            if not name or name in seen:
+                base = name or f"{node.op}_{i}"
                 name, k = base, 1
                 while name in seen:
                     name = f"{base}_{k}"
                     k += 1
                 node.name = name
-            seen.add(node.name)
+            seen.add(name)
+        return {n.name: t for n, t in nested}
 
-    def _nested_owners(self) -> dict[str, gs.Node]:
-        return {n.name: top for top in self.graph.nodes for n in _nested_nodes(top)}
-
-    def owner(self, node: gs.Node) -> gs.Node:
+    def owner(self, node: ir.Node) -> ir.Node:
         """The top-level node that runs ``node``: itself, or the If/Loop/Scan whose subgraph holds it."""
         return self.nested_owner.get(node.name, node)
 
@@ -150,7 +140,7 @@ class GraphView:
         return bool(self.nested_owner)
 
     @property
-    def nodes(self) -> list[gs.Node]:
+    def nodes(self) -> list[ir.Node]:
         return self.graph.nodes
 
     @cached_property
@@ -161,8 +151,9 @@ class GraphView:
                 return int(imp.version)
         return 0
 
+    # -- index: built on first use, kept current by add_node / remove_node -------------------
     @cached_property
-    def by_name(self) -> dict[str, gs.Node]:
+    def by_name(self) -> dict[str, ir.Node]:
         return {n.name: n for n in self.graph.nodes}
 
     @cached_property
@@ -170,30 +161,72 @@ class GraphView:
         """Every tensor and node name of the graph, built once per view and shared by the round's
         :class:`Editor` s, which add the names they create: a new name costs a set lookup, not a
         walk of the whole graph per rewrite."""
-        return set(self.graph.tensors().keys()) | {n.name for n in self.graph.nodes}
+        return set(self.graph.tensors()) | {n.name for n in self.graph.nodes}
+
+    def add_node(self, node: ir.Node) -> None:
+        """Record ``node``, already in the graph and wired (its producers recorded before it), in
+        the index: names, subgraph owners and constant folding (which spreads to the nodes that
+        read it). The index then matches a view built from the edited graph."""
+        d = self.__dict__
+        if "by_name" in d:
+            self.by_name[node.name] = node
+        if "names_taken" in d:
+            self.names_taken.add(node.name)
+            self.names_taken.update(t.name for t in (*node.inputs, *node.outputs) if t.name)
+        if _has_subgraph(node):
+            for n in _nested_nodes(node):
+                self.nested_owner[n.name] = node
+        # its readers were rewired to it: their folding is decided again too
+        self.refresh_folded(node, *(c for t in node.outputs for c in t.outputs))
+
+    def remove_node(self, node: ir.Node) -> None:
+        """Forget ``node`` (call before disconnecting it; the nodes that read it are refreshed when
+        they are rewired: :meth:`add_node` of what they read now, or :meth:`refresh_folded`).
+        Names stay taken."""
+        d = self.__dict__
+        if "by_name" in d and self.by_name.get(node.name) is node:
+            del self.by_name[node.name]
+        for n in _nested_nodes(node) if _has_subgraph(node) else ():
+            self.nested_owner.pop(n.name, None)
+        self.folded.discard(node.name)
+
+    def refresh_folded(self, *nodes: ir.Node) -> None:
+        """Re-decide whether ``nodes`` (whose inputs changed) are folded at compile time, and their
+        readers' wherever that changes."""
+        stack = list(nodes)
+        nested = self.nested_owner
+        while stack:
+            n = stack.pop()
+            if n.name in nested:  # folding is decided for top-level nodes (on their own inputs)
+                continue
+            now = self._foldable(n, self.folded)
+            if now == (n.name in self.folded):
+                continue
+            (self.folded.add if now else self.folded.discard)(n.name)
+            stack.extend(c for t in n.outputs for c in t.outputs)
 
     # -- tensors ---------------------------------------------------------------------------
     @staticmethod
-    def producer(t: gs.Tensor) -> gs.Node | None:
+    def producer(t: ir.Tensor) -> ir.Node | None:
         return t.inputs[0] if t.inputs else None
 
     @staticmethod
-    def consumers(t: gs.Tensor) -> list[gs.Node]:
+    def consumers(t: ir.Tensor) -> list[ir.Node]:
         return list(t.outputs)
 
-    def is_graph_input(self, t: gs.Tensor) -> bool:
-        return t.name in self.input_names and not isinstance(t, gs.Constant)
+    def is_graph_input(self, t: ir.Tensor) -> bool:
+        return t.name in self.input_names and not isinstance(t, ir.Constant)
 
-    def is_graph_output(self, t: gs.Tensor) -> bool:
+    def is_graph_output(self, t: ir.Tensor) -> bool:
         return t.name in self.output_names
 
-    def is_const(self, t: gs.Tensor) -> bool:
-        if isinstance(t, gs.Constant):
+    def is_const(self, t: ir.Tensor) -> bool:
+        if isinstance(t, ir.Constant):
             return True
         p = self.producer(t)
         return p is not None and p.name in self.folded
 
-    def is_const_like(self, t: gs.Tensor) -> bool:
+    def is_const_like(self, t: ir.Tensor) -> bool:
         """A constant, or a constant seen through QuantizeLinear/DequantizeLinear (a quantized weight)."""
         while not self.is_const(t):
             p = self.producer(t)
@@ -202,14 +235,14 @@ class GraphView:
             t = p.inputs[0]
         return True
 
-    def const_value(self, t: gs.Tensor) -> np.ndarray | None:
+    def const_value(self, t: ir.Tensor) -> np.ndarray | None:
         """The value of a constant tensor when it is stored (initializer or Constant node)."""
-        if isinstance(t, gs.Constant):
+        if isinstance(t, ir.Constant):
             return np.asarray(t.values)
         p = self.producer(t)
         if p is not None and p.op == "Constant":
             v = p.attrs.get("value")
-            if isinstance(v, gs.Constant):
+            if isinstance(v, ir.Constant):
                 return np.asarray(v.values)
             for key in ("value_float", "value_int"):
                 if key in p.attrs:
@@ -220,7 +253,7 @@ class GraphView:
         return None
 
     @staticmethod
-    def info(t: gs.Tensor) -> TensorInfo:
+    def info(t: ir.Tensor) -> TensorInfo:
         shape = None
         if t.shape is not None:
             shape = tuple(d if isinstance(d, (int, np.integer)) and d >= 0 else (d if isinstance(d, str) else None)
@@ -235,11 +268,11 @@ class GraphView:
         return TensorInfo(t.name, shape, dtype)
 
     @staticmethod
-    def activation_inputs(node: gs.Node, view: "GraphView") -> list[gs.Tensor]:
+    def activation_inputs(node: ir.Node, view: "GraphView") -> list[ir.Tensor]:
         return [t for t in node.inputs if not _empty(t) and not view.is_const(t)]
 
     # -- walking through data movement -----------------------------------------------------
-    def source(self, t: gs.Tensor) -> gs.Node | None:
+    def source(self, t: ir.Tensor) -> ir.Node | None:
         """The producer of ``t``, looking back through data-movement ops."""
         p = self.producer(t)
         while p is not None and p.op in MOVEMENT_OPS and p.inputs:
@@ -247,14 +280,14 @@ class GraphView:
             p = self.producer(t)
         return p
 
-    def source_tensor(self, t: gs.Tensor) -> gs.Tensor:
+    def source_tensor(self, t: ir.Tensor) -> ir.Tensor:
         p = self.producer(t)
         while p is not None and p.op in MOVEMENT_OPS and p.inputs:
             t = p.inputs[0]
             p = self.producer(t)
         return t
 
-    def sinks(self, t: gs.Tensor, through: frozenset[str] = MOVEMENT_OPS) -> Iterator[tuple[gs.Node | None, gs.Tensor]]:
+    def sinks(self, t: ir.Tensor, through: frozenset[str] = MOVEMENT_OPS) -> Iterator[tuple[ir.Node | None, ir.Tensor]]:
         """Consumers of ``t`` looking forward through ``through`` ops (data movement by default);
         ``(None, t)`` for graph outputs."""
         stack = [t]
@@ -273,39 +306,43 @@ class GraphView:
                     yield c, cur
 
     # -- constant folding ------------------------------------------------------------------
-    def _constant_foldable(self) -> frozenset[str]:
+    def _constant_foldable(self) -> set[str]:
         """Nodes the compiler evaluates at compile time: all inputs constant, or Shape of a static tensor."""
         folded: set[str] = set()
         for node in self.graph.nodes:
-            if node.op == "Constant":
+            if self._foldable(node, folded):
                 folded.add(node.name)
-                continue
-            if node.op in ("Shape", "Size") and node.inputs and self.info(node.inputs[0]).static:
-                folded.add(node.name)
-                continue
-            ins = [t for t in node.inputs if not _empty(t)]
-            if node.op in QDQ_OPS:
-                # A Q/DQ of a constant is a weight; it stays visible so placement can call it folded.
-                continue
-            if ins and all(isinstance(t, gs.Constant) or (self.producer(t) is not None and self.producer(t).name in folded)
-                           for t in ins):
-                folded.add(node.name)
-        return frozenset(folded)
+        return folded
+
+    def _foldable(self, node: ir.Node, folded: set[str]) -> bool:
+        op = node.op
+        if op == "Constant":
+            return True
+        if op in ("Shape", "Size") and node.inputs and self.info(node.inputs[0]).static:
+            return True
+        if op in QDQ_OPS:
+            # A Q/DQ of a constant is a weight; it stays visible so placement can call it folded.
+            return False
+        ins = [t for t in node.inputs if not _empty(t)]
+        return bool(ins) and all(type(t) is ir.Constant or (t.inputs and t.inputs[0].name in folded) for t in ins)
 
 
-def _nested_nodes(node: gs.Node) -> Iterator[gs.Node]:
+def _nested_nodes(node: ir.Node) -> Iterator[ir.Node]:
     """Every node inside the subgraphs of ``node`` (recursively)."""
-    for sub in node.subgraphs() if hasattr(node, "subgraphs") else ():
+    for sub in node.subgraphs():
         for n in sub.nodes:
             yield n
             yield from _nested_nodes(n)
 
 
-def _empty(t: gs.Tensor) -> bool:
-    return isinstance(t, gs.Variable) and t.is_empty() if hasattr(t, "is_empty") else not t.name
+_has_subgraph = ir.has_subgraph
 
 
-def iter_attrs(node: gs.Node) -> Iterable[tuple[str, object]]:
+def _empty(t: ir.Tensor) -> bool:
+    return type(t) is ir.Variable and not t.name
+
+
+def iter_attrs(node: ir.Node) -> Iterable[tuple[str, object]]:
     return node.attrs.items()
 
 
@@ -322,7 +359,7 @@ class Editor:
     graph and never clean it up (the engine does one cleanup + toposort per round).
     """
 
-    def __init__(self, graph: gs.Graph, *, rule_id: str, anchor: gs.Node, provenance: dict[str, str],
+    def __init__(self, graph: ir.Graph, *, rule_id: str, anchor: ir.Node, provenance: dict[str, str],
                  taken: set[str] | None = None):
         """``taken``: the graph's names when the caller keeps them (``GraphView.names_taken``,
         shared and extended); otherwise they are collected from ``graph`` here."""
@@ -333,7 +370,7 @@ class Editor:
         if taken is None:
             taken = set(graph.tensors().keys()) | {n.name for n in graph.nodes}
         self._taken = taken
-        self.created: list[gs.Node] = []
+        self.created: list[ir.Node] = []
 
     def name(self, base: str | None = None) -> str:
         base = base or self.anchor.name
@@ -345,25 +382,25 @@ class Editor:
                 return cand
             k += 1
 
-    def const(self, values: np.ndarray, base: str | None = None) -> gs.Constant:
-        return gs.Constant(self.name(base), np.array(values, order="C"))
+    def const(self, values: np.ndarray, base: str | None = None) -> ir.Constant:
+        return ir.Constant(self.name(base), np.array(values, order="C"))
 
-    def var(self, dtype=None, shape=None, base: str | None = None) -> gs.Variable:
-        return gs.Variable(self.name(base), dtype=dtype, shape=shape)
+    def var(self, dtype=None, shape=None, base: str | None = None) -> ir.Variable:
+        return ir.Variable(self.name(base), dtype=dtype, shape=shape)
 
     def node(self, op: str, inputs: list, outputs: list | None = None, attrs: dict | None = None,
-             *, dtype=None, shape=None, domain: str | None = None) -> gs.Node:
+             *, dtype=None, shape=None, domain: str | None = None) -> ir.Node:
         """Create ``op`` reading ``inputs``; with no ``outputs`` one new variable is made."""
         if outputs is None:
             outputs = [self.var(dtype=dtype, shape=shape)]
-        n = gs.Node(op=op, name=self.name(), attrs=dict(attrs or {}), inputs=list(inputs), outputs=list(outputs),
+        n = ir.Node(op=op, name=self.name(), attrs=dict(attrs or {}), inputs=list(inputs), outputs=list(outputs),
                     domain=domain)
         self.graph.nodes.append(n)
         self.provenance[n.name] = self.rule_id
         self.created.append(n)
         return n
 
-    def replace_uses(self, old: gs.Tensor, new: gs.Tensor, *, keep_name: bool = True) -> None:
+    def replace_uses(self, old: ir.Tensor, new: ir.Tensor, *, keep_name: bool = True) -> None:
         """Make every reader of ``old`` read ``new``. If ``old`` is a graph output, ``new`` takes its
         place (and, with ``keep_name``, its name, so the model's interface keeps its names)."""
         for consumer in list(old.outputs):
@@ -378,13 +415,13 @@ class Editor:
                     new.name = old_name
                 self.graph.outputs[i] = new
 
-    def remove(self, node: gs.Node) -> None:
+    def remove(self, node: ir.Node) -> None:
         """Disconnect ``node``; the engine's cleanup drops it and whatever only it used."""
         node.inputs.clear()
         node.outputs.clear()
 
 
-def qdq_params(view: GraphView, node: gs.Node) -> tuple[np.ndarray, np.ndarray, int | None]:
+def qdq_params(view: GraphView, node: ir.Node) -> tuple[np.ndarray, np.ndarray, int | None]:
     """(scale, zero_point, axis) of a QuantizeLinear/DequantizeLinear with constant parameters."""
     scale = view.const_value(node.inputs[1])
     if scale is None:
@@ -403,12 +440,12 @@ def qdq_params(view: GraphView, node: gs.Node) -> tuple[np.ndarray, np.ndarray, 
 class QuantWeight:
     """A constant weight as the model stores it: integer values + DequantizeLinear parameters, or float."""
 
-    tensor: gs.Tensor  # the tensor the op reads (DequantizeLinear output, or the constant itself)
+    tensor: ir.Tensor  # the tensor the op reads (DequantizeLinear output, or the constant itself)
     values: np.ndarray  # stored values (int8/int32 when quantized, float otherwise)
     scale: np.ndarray | None = None
     zero_point: np.ndarray | None = None
     axis: int | None = None
-    dq: gs.Node | None = None
+    dq: ir.Node | None = None
 
     @property
     def quantized(self) -> bool:
@@ -428,7 +465,7 @@ class QuantWeight:
         return ((v - z) * s).astype(np.float32)
 
 
-def read_weight(view: GraphView, t: gs.Tensor) -> QuantWeight | None:
+def read_weight(view: GraphView, t: ir.Tensor) -> QuantWeight | None:
     """The constant behind ``t``: directly, or through a DequantizeLinear of a constant."""
     v = view.const_value(t)
     if v is not None:

@@ -11,7 +11,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any, Callable
 
-import onnx_graphsurgeon as gs
+from . import ir
 
 from .graph import QDQ_OPS, node_label
 from .npu.constraints import Verdict
@@ -42,7 +42,7 @@ def predicate(name: str):
     return deco
 
 
-def _q(node: gs.Node) -> str:
+def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
+from fixer import ir
 import onnxruntime as ort
 import pytest
 import yaml
@@ -128,7 +128,7 @@ def apply_rule(model: onnx.ModelProto, rule_id: str, options: dict | None = None
         if not changed:
             break
         view.graph.cleanup().toposort()
-        m2 = gs.export_onnx(view.graph)
+        m2 = ir.export_onnx(view.graph)
         m2.ir_version = out.model.ir_version or 8
         del m2.opset_import[:]
         m2.opset_import.extend(out.model.opset_import)
@@ -338,7 +338,7 @@ def apply_direct(model: onnx.ModelProto, rewriter: str, anchor: str, params: dic
     m = Match("direct", node, view, placement, profile, {**rw.params, **(params or {})}, options or {})
     res = rw.func(m, Editor(view.graph, rule_id="direct", anchor=node, provenance={}))
     view.graph.cleanup().toposort()
-    out = gs.export_onnx(view.graph)
+    out = ir.export_onnx(view.graph)
     out.ir_version = model.ir_version
     del out.opset_import[:]
     out.opset_import.extend(model.opset_import)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import MOVEMENT_OPS, QDQ_OPS, node_label
 
@@ -39,7 +39,7 @@ OK = Verdict(True)
 @dataclass(frozen=True)
 class Constraint:
     id: str
-    func: Callable[[gs.Node, "PlacementContext"], Verdict]
+    func: Callable[[ir.Node, "PlacementContext"], Verdict]
     tag: str
     severity: str
     template: str
@@ -58,7 +58,7 @@ def constraint(cid: str, *, tag: str, severity: str = "sw"):
     """Register a constraint function under ``cid``; its docstring is the requirement sentence."""
     assert severity in SEVERITIES
 
-    def deco(fn: Callable[[gs.Node, "PlacementContext"], Verdict]):
+    def deco(fn: Callable[[ir.Node, "PlacementContext"], Verdict]):
         if not fn.__doc__:
             raise TypeError(f"constraint {cid} needs a docstring: it is the requirement shown to users")
         REGISTRY[cid] = Constraint(cid, fn, tag, severity, " ".join(inspect.cleandoc(fn.__doc__).split()))
@@ -67,11 +67,11 @@ def constraint(cid: str, *, tag: str, severity: str = "sw"):
     return deco
 
 
-def _q(node: gs.Node) -> str:
+def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
 
 
-def _shape(t: gs.Tensor):
+def _shape(t: ir.Tensor):
     return tuple(t.shape) if t.shape is not None else None
 
 

@@ -42,7 +42,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import MOVEMENT_OPS, GraphView
 from .placement import FOLDED, HW, SW, Placement
@@ -133,7 +133,7 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
     big = profile.limits.get("weights_extra_epoch_bytes")
     if copies:
         for t in view.graph.inputs:
-            if isinstance(t, gs.Constant) or not t.outputs:
+            if isinstance(t, ir.Constant) or not t.outputs:
                 continue
             first = [c for c in _first_readers(view, t) if by_name[c.name].unit != FOLDED]
             float_sw = all(by_name[c.name].unit == SW and c.op not in ("QuantizeLinear", "DequantizeLinear")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import MOVEMENT_OPS, QDQ_OPS, GraphView
 from .placement import FOLDED, Placement, QuantDomain
@@ -48,7 +48,7 @@ class MemoryEstimate:
         }
 
 
-def _nbytes(t: gs.Tensor, int8_domain: bool) -> int | None:
+def _nbytes(t: ir.Tensor, int8_domain: bool) -> int | None:
     if t.shape is None or any(not isinstance(d, (int, np.integer)) or d < 0 for d in t.shape):
         return None
     n = int(np.prod(t.shape, dtype=np.int64)) if len(t.shape) else 1
@@ -67,15 +67,14 @@ def weights_bytes(view: GraphView) -> int:
     total = 0
     for node in view.nodes:
         for i, t in enumerate(node.inputs):
-            if not isinstance(t, gs.Constant) or t.name in seen:
+            if not isinstance(t, ir.Constant) or t.name in seen:
                 continue
             if node.op in QDQ_OPS and i > 0:
                 continue
-            arr = t.values
-            if arr.dtype == np.int64 or arr.size <= 1 and node.op not in QDQ_OPS:
+            if t.dtype == np.int64 or t.size <= 1 and node.op not in QDQ_OPS:
                 continue
             seen.add(t.name)
-            total += int(arr.nbytes)
+            total += t.nbytes  # from the stored shape and type: the weights are not decoded
     return total
 
 
@@ -97,7 +96,7 @@ def estimate_memory(view: GraphView, placement: Placement, domain: QuantDomain, 
             name = alias[name]
         return name
 
-    def int8_domain(t: gs.Tensor) -> bool:
+    def int8_domain(t: ir.Tensor) -> bool:
         if t.dtype is not None and np.dtype(t.dtype).itemsize == 1:
             return True
         return domain.sourced(t) or domain.sunk(t)  # read from, or written to, int8

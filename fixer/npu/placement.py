@@ -28,7 +28,7 @@ from typing import Iterable
 
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import MOVEMENT_OPS, QDQ_OPS, GraphView, node_label
 from .constraints import GENERIC, HAZARDS, REGISTRY
@@ -117,7 +117,7 @@ class QuantDomain:
         self._u8_src: dict[str, bool] = {}
         self._compute()
 
-    def _epilogue(self, c: gs.Node, t: gs.Tensor) -> bool:
+    def _epilogue(self, c: ir.Node, t: ir.Tensor) -> bool:
         """``c`` is fused onto the op producing ``t``: an activation, or a bias/scale (Add, Sub, Mul,
         Div with a constant other operand), as a Conv/MatMul epilogue."""
         if c.op in ACTIVATIONS:
@@ -127,7 +127,7 @@ class QuantDomain:
             return len(others) == 1 and self.view.is_const_like(others[0])
         return False
 
-    def _is_int(self, t: gs.Tensor) -> bool:
+    def _is_int(self, t: ir.Tensor) -> bool:
         return t.dtype is not None and np.dtype(t.dtype).kind in _INT_KINDS and np.dtype(t.dtype).itemsize == 1
 
     def _compute(self) -> None:
@@ -168,7 +168,7 @@ class QuantDomain:
             for out in node.outputs:
                 self._sunk[out.name] = self._sunk_of(out)
 
-    def _sunk_of(self, t: gs.Tensor) -> bool:
+    def _sunk_of(self, t: ir.Tensor) -> bool:
         if self._is_int(t):
             return True
         if self.view.is_graph_output(t):
@@ -196,20 +196,20 @@ class QuantDomain:
                 ok = False
         return ok
 
-    def sourced(self, t: gs.Tensor) -> bool:
-        return self._sourced.get(t.name, False) if not isinstance(t, gs.Constant) else True
+    def sourced(self, t: ir.Tensor) -> bool:
+        return self._sourced.get(t.name, False) if not isinstance(t, ir.Constant) else True
 
-    def sunk(self, t: gs.Tensor) -> bool:
+    def sunk(self, t: ir.Tensor) -> bool:
         return self._sunk.get(t.name, self._is_int(t))
 
-    def sourced_any(self, node: gs.Node) -> bool:
+    def sourced_any(self, node: ir.Node) -> bool:
         acts = [t for t in node.inputs if t.name and not self.view.is_const(t)]
         return any(self.sourced(t) for t in acts)
 
-    def uint8_source(self, t: gs.Tensor) -> bool:
+    def uint8_source(self, t: ir.Tensor) -> bool:
         return self._u8_src.get(t.name, False)
 
-    def uint8_sink(self, t: gs.Tensor) -> bool:
+    def uint8_sink(self, t: ir.Tensor) -> bool:
         for c, _ in self.view.sinks(t):
             if c is not None and c.op == "QuantizeLinear" and len(c.inputs) > 2:
                 zp = c.inputs[2]
@@ -219,7 +219,7 @@ class QuantDomain:
                         return True
         return False
 
-    def output_zero_point(self, t: gs.Tensor) -> int | None:
+    def output_zero_point(self, t: ir.Tensor) -> int | None:
         """Zero-point of the QuantizeLinear that quantizes ``t`` (None when none, or per-axis)."""
         for c, _ in self.view.sinks(t):
             if c is not None and c.op == "QuantizeLinear":
@@ -303,7 +303,7 @@ def _reason(cid: str, detail: str, ctx: PlacementContext) -> Reason:
     return Reason(cid, c.requirement(ctx.values), detail, c.tag, c.severity)
 
 
-def _place_node(node: gs.Node, ctx: PlacementContext) -> NodePlacement:
+def _place_node(node: ir.Node, ctx: PlacementContext) -> NodePlacement:
     view, profile = ctx.view, ctx.profile
     label = node_label(node)
     if node.name in view.folded:
@@ -353,7 +353,7 @@ def _enabled_by_option(op: str, profile: TargetProfile) -> bool:
     return _OPTION_FOR.get(op) in profile.options
 
 
-def _kernel(node: gs.Node, ctx: PlacementContext, failing: Iterable[Reason]) -> str:
+def _kernel(node: ir.Node, ctx: PlacementContext, failing: Iterable[Reason]) -> str:
     """int8 when the compiler has an int8 SW kernel for the op and its I/O is quantized, else float."""
     if any(r.constraint in ("params_quantized", "prelu_slope_quantized", "quantized_activations") for r in failing):
         return "float"
@@ -375,12 +375,12 @@ ISLAND_DQ = ("Quantized ops must stay int8 end to end: a DequantizeLinear feedin
              "SW epoch of its own.")
 
 
-def _conversion(node: gs.Node, cid: str, requirement: str, detail: str, role: str) -> NodePlacement:
+def _conversion(node: ir.Node, cid: str, requirement: str, detail: str, role: str) -> NodePlacement:
     """A QuantizeLinear/DequantizeLinear that runs as a SW epoch (seen in real reports: OBS)."""
     return NodePlacement(node.name, node.op, SW, (Reason(cid, requirement, detail, "OBS"),), kernel="float", role=role)
 
 
-def _place_qdq(node: gs.Node, ctx: PlacementContext, placed: dict[str, NodePlacement]) -> NodePlacement:
+def _place_qdq(node: ir.Node, ctx: PlacementContext, placed: dict[str, NodePlacement]) -> NodePlacement:
     view = ctx.view
     label = node_label(node)
     x = node.inputs[0]
@@ -434,7 +434,7 @@ def _const_derived(view: GraphView) -> frozenset[str]:
         ins = [t for t in node.inputs if t.name]
         if not ins:
             continue
-        if all(isinstance(t, gs.Constant) or t.name in derived or view.is_const(t) for t in ins):
+        if all(isinstance(t, ir.Constant) or t.name in derived or view.is_const(t) for t in ins):
             derived.update(o.name for o in node.outputs)
             if node.op not in QDQ_OPS or any(t.name in derived for t in ins):
                 out.add(node.name)  # (a weight's own Q/DQ stays visible: placed as 'weights')
@@ -478,13 +478,13 @@ def _edge_conversion_kept(ctx: PlacementContext, edge: str) -> bool:
     return opt == "float32"
 
 
-def _feeds_graph_output(t: gs.Tensor, view: GraphView) -> bool:
+def _feeds_graph_output(t: ir.Tensor, view: GraphView) -> bool:
     """True when ``t`` reaches a graph output through data movement or Transpose only (the float
     epilogue of a graph output)."""
     return any(c is None for c, _ in view.sinks(t, through=MOVEMENT_OPS | {"Transpose"}))
 
 
-def _prologue_input(t: gs.Tensor, view: GraphView) -> gs.Tensor:
+def _prologue_input(t: ir.Tensor, view: GraphView) -> ir.Tensor:
     """The graph input at the start of a float prologue (data movement and Transpose) ending in ``t``."""
     p = view.producer(t)
     while p is not None and (p.op in MOVEMENT_OPS or p.op == "Transpose") and p.inputs:
@@ -493,7 +493,7 @@ def _prologue_input(t: gs.Tensor, view: GraphView) -> gs.Tensor:
     return t
 
 
-def _float_prologue(node: gs.Node, view: GraphView) -> bool:
+def _float_prologue(node: ir.Node, view: GraphView) -> bool:
     """True when ``node`` only moves a float graph input (Transpose/Reshape chain from the input)."""
     t = node.inputs[0]
     while True:

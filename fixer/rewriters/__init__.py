@@ -18,7 +18,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import Editor, GraphView
 from ..npu.placement import Placement
@@ -48,7 +48,7 @@ class Match:
     """What a rule matched: the anchor node, plus the context a rewriter may read."""
 
     rule_id: str
-    node: gs.Node
+    node: ir.Node
     view: GraphView
     placement: Placement
     profile: TargetProfile

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 
 import numpy as np
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import Editor, GraphView, QuantWeight, node_label, qdq_params, read_weight
 from ..npu.constraints import channel_split_ok
@@ -65,13 +65,13 @@ def _chunk_max(match: Match) -> int:
     return int(v) if v else int(match.profile.limit("channel_chunk_max"))
 
 
-def _const(ed: Editor, values, base: str | None = None) -> gs.Constant:
+def _const(ed: Editor, values, base: str | None = None) -> ir.Constant:
     """``ed.const`` that keeps 0-d arrays 0-d (quantization scales and zero-points must be scalars;
     ``Editor.const`` passes values through ``np.ascontiguousarray``, which makes them 1-D)."""
     v = np.asarray(values)
     if v.ndim:
         return ed.const(v, base)
-    return gs.Constant(ed.name(base), v)
+    return ir.Constant(ed.name(base), v)
 
 
 def _bounds(sizes: list[int], unit: int = 1) -> list[tuple[int, int]]:
@@ -91,11 +91,11 @@ def _plus(sizes) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _q(node: gs.Node) -> str:
+def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
 
 
-def _shape_with(t: gs.Tensor, axis: int, size: int):
+def _shape_with(t: ir.Tensor, axis: int, size: int):
     if t.shape is None:
         return None
     s = list(t.shape)
@@ -103,7 +103,7 @@ def _shape_with(t: gs.Tensor, axis: int, size: int):
     return s
 
 
-def _weight(match: Match, node: gs.Node, idx: int, what: str) -> QuantWeight:
+def _weight(match: Match, node: ir.Node, idx: int, what: str) -> QuantWeight:
     if idx >= len(node.inputs) or not node.inputs[idx].name:
         raise NearMiss(f"{_q(node)} has no {what}.")
     w = read_weight(match.view, node.inputs[idx])
@@ -113,14 +113,14 @@ def _weight(match: Match, node: gs.Node, idx: int, what: str) -> QuantWeight:
     return w
 
 
-def _bias(match: Match, node: gs.Node, idx: int) -> QuantWeight | None:
+def _bias(match: Match, node: ir.Node, idx: int) -> QuantWeight | None:
     if idx >= len(node.inputs) or not node.inputs[idx].name:
         return None
     return _weight(match, node, idx, "bias")
 
 
 def _dq_const(ed: Editor, w: QuantWeight, values: np.ndarray, scale: np.ndarray, zp: np.ndarray,
-              axis: int | None, base: str) -> gs.Tensor:
+              axis: int | None, base: str) -> ir.Tensor:
     """A new DequantizeLinear of constant ``values`` (reusing the original parameter tensors when the
     parameters are unchanged)."""
     dq = w.dq
@@ -137,7 +137,7 @@ def _dq_const(ed: Editor, w: QuantWeight, values: np.ndarray, scale: np.ndarray,
 
 
 def _slice_weight(ed: Editor, w: QuantWeight, axis: int, a: int, b: int, base: str, *,
-                  pad_to: int | None = None) -> gs.Tensor:
+                  pad_to: int | None = None) -> ir.Tensor:
     """``w`` restricted to ``[a, b)`` along ``axis`` (or zero-padded to ``pad_to`` along it), as a new
     constant or a new DequantizeLinear of a new constant, with per-channel parameters sliced alike."""
     v = np.asarray(w.values)
@@ -160,7 +160,7 @@ def _slice_weight(ed: Editor, w: QuantWeight, axis: int, a: int, b: int, base: s
     return _dq_const(ed, w, vals, scale, zp, w.axis, base)
 
 
-def _qdq(ed: Editor, t: gs.Tensor, params: tuple[gs.Tensor, gs.Tensor | None]) -> gs.Tensor:
+def _qdq(ed: Editor, t: ir.Tensor, params: tuple[ir.Tensor, ir.Tensor | None]) -> ir.Tensor:
     """``t`` through a new QuantizeLinear -> DequantizeLinear pair with the given parameter tensors."""
     s, z = params
     qdtype = np.dtype(z.dtype) if z is not None and z.dtype is not None else np.uint8
@@ -169,7 +169,7 @@ def _qdq(ed: Editor, t: gs.Tensor, params: tuple[gs.Tensor, gs.Tensor | None]) -
     return ed.node("DequantizeLinear", [q.outputs[0]] + ins, dtype=np.float32, shape=t.shape).outputs[0]
 
 
-def _output_qparams(view: GraphView, out: gs.Tensor):
+def _output_qparams(view: GraphView, out: ir.Tensor):
     """(scale, zero_point) tensors of the QuantizeLinear(s) that read ``out`` when every reader is a
     per-tensor QuantizeLinear with the same parameters; None otherwise (a float output)."""
     cons = list(out.outputs)
@@ -191,7 +191,7 @@ def _output_qparams(view: GraphView, out: gs.Tensor):
     return c.inputs[1], (c.inputs[2] if len(c.inputs) > 2 and c.inputs[2].name else None)
 
 
-def _input_qparams(view: GraphView, t: gs.Tensor):
+def _input_qparams(view: GraphView, t: ir.Tensor):
     """(scale, zero_point) tensors of the per-tensor DequantizeLinear producing ``t``, else None."""
     p = view.producer(t)
     if p is None or p.op != "DequantizeLinear":
@@ -205,7 +205,7 @@ def _input_qparams(view: GraphView, t: gs.Tensor):
     return p.inputs[1], (p.inputs[2] if len(p.inputs) > 2 and p.inputs[2].name else None)
 
 
-def _slice(ed: Editor, t: gs.Tensor, axis: int, a: int, b: int, qparams=None) -> gs.Tensor:
+def _slice(ed: Editor, t: ir.Tensor, axis: int, a: int, b: int, qparams=None) -> ir.Tensor:
     starts = ed.const(np.array([a], np.int64), "starts")
     ends = ed.const(np.array([b], np.int64), "ends")
     axes = ed.const(np.array([axis], np.int64), "axes")
@@ -214,7 +214,7 @@ def _slice(ed: Editor, t: gs.Tensor, axis: int, a: int, b: int, qparams=None) ->
     return _qdq(ed, y, qparams) if qparams is not None else y
 
 
-def _rank(t: gs.Tensor) -> int | None:
+def _rank(t: ir.Tensor) -> int | None:
     return len(t.shape) if t.shape is not None else None
 
 
@@ -384,7 +384,7 @@ def split_output_channels(match: Match, ed: Editor) -> RewriteResult:
 CARRIED_ACTIVATIONS = ("Relu", "Clip", "LeakyRelu", "Sigmoid", "Tanh", "HardSigmoid", "HardSwish")
 
 
-def _fused_activation(view: GraphView, out: gs.Tensor) -> gs.Node | None:
+def _fused_activation(view: GraphView, out: ir.Tensor) -> ir.Node | None:
     """The activation that alone reads ``out`` (Conv -> Relu -> QuantizeLinear), when it acts on each
     element on its own with constant parameters, so each chunk can carry a copy of it."""
     cons = list(out.outputs)
@@ -398,7 +398,7 @@ def _fused_activation(view: GraphView, out: gs.Tensor) -> gs.Node | None:
     return a
 
 
-def _activation(ed: Editor, act: gs.Node, y: gs.Tensor) -> gs.Tensor:
+def _activation(ed: Editor, act: ir.Node, y: ir.Tensor) -> ir.Tensor:
     """A copy of ``act`` on chunk ``y`` (same attributes and constant parameters)."""
     return ed.node(act.op, [y] + list(act.inputs[1:]), attrs=dict(act.attrs), dtype=y.dtype,
                    shape=y.shape).outputs[0]

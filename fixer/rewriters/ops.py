@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import QDQ_OPS, Editor, GraphView, node_label, qdq_params, read_weight
 from . import IoChange, Match, NearMiss, RewriteResult, rewriter
@@ -19,26 +19,26 @@ from . import IoChange, Match, NearMiss, RewriteResult, rewriter
 _INT8 = (np.dtype(np.int8), np.dtype(np.uint8))
 
 
-def _q(node: gs.Node) -> str:
+def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
 
 
-def _attr(node: gs.Node, name: str, default=None):
+def _attr(node: ir.Node, name: str, default=None):
     v = node.attrs.get(name, default)
     return v.decode() if isinstance(v, bytes) else v
 
 
-def _static(t: gs.Tensor) -> list[int] | None:
+def _static(t: ir.Tensor) -> list[int] | None:
     if t.shape is None or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in t.shape):
         return None
     return [int(d) for d in t.shape]
 
 
-def _fdtype(t: gs.Tensor):
+def _fdtype(t: ir.Tensor):
     return np.dtype(t.dtype).type if t.dtype is not None else np.float32
 
 
-def _dq_of(view: GraphView, t: gs.Tensor):
+def _dq_of(view: GraphView, t: ir.Tensor):
     """The per-tensor DequantizeLinear producing activation ``t``: (node, scale, zp, int dtype) or None."""
     p = view.producer(t)
     if p is None or p.op != "DequantizeLinear" or view.is_const_like(p.inputs[0]):
@@ -52,7 +52,7 @@ def _dq_of(view: GraphView, t: gs.Tensor):
     return p, float(scale.reshape(-1)[0]), int(zp.reshape(-1)[0]), np.dtype(zp.dtype)
 
 
-def _q_readers(view: GraphView, t: gs.Tensor) -> list[gs.Node] | None:
+def _q_readers(view: GraphView, t: ir.Tensor) -> list[ir.Node] | None:
     """The QuantizeLinear nodes reading ``t`` when they are its only readers (None otherwise)."""
     cons = list(t.outputs)
     if not cons or view.is_graph_output(t) or any(c.op != "QuantizeLinear" for c in cons):
@@ -60,7 +60,7 @@ def _q_readers(view: GraphView, t: gs.Tensor) -> list[gs.Node] | None:
     return cons
 
 
-def _qdq_pair(ed: Editor, t: gs.Tensor, q_like: gs.Node, shape) -> gs.Tensor:
+def _qdq_pair(ed: Editor, t: ir.Tensor, q_like: ir.Node, shape) -> ir.Tensor:
     """Q -> DQ of ``t`` with the (constant) parameters and attributes of the QuantizeLinear ``q_like``."""
     params = list(q_like.inputs[1:])
     zdt = params[1].dtype if len(params) > 1 and params[1].dtype is not None else np.int8
@@ -69,7 +69,7 @@ def _qdq_pair(ed: Editor, t: gs.Tensor, q_like: gs.Node, shape) -> gs.Tensor:
                    shape=shape).outputs[0]
 
 
-def _drop_dead(view: GraphView, ed: Editor, nodes: list[gs.Node]) -> None:
+def _drop_dead(view: GraphView, ed: Editor, nodes: list[ir.Node]) -> None:
     """Disconnect ``nodes`` (given in graph order) whose outputs nothing reads any more, last first, so
     later rewrites in the same engine round do not see them as readers."""
     for n in reversed(nodes):
@@ -77,7 +77,7 @@ def _drop_dead(view: GraphView, ed: Editor, nodes: list[gs.Node]) -> None:
             ed.remove(n)
 
 
-def _clone(ed: Editor, node: gs.Node, first: gs.Tensor, *, dtype=None, shape=None) -> gs.Tensor:
+def _clone(ed: Editor, node: ir.Node, first: ir.Tensor, *, dtype=None, shape=None) -> ir.Tensor:
     """A copy of ``node`` reading ``first`` instead of its first input (other inputs shared)."""
     return ed.node(node.op, [first] + list(node.inputs[1:]), attrs=dict(node.attrs), dtype=dtype, shape=shape).outputs[0]
 
@@ -136,7 +136,7 @@ def sub_constant_first(match: Match, ed: Editor) -> RewriteResult:
 # ------------------------------------------------------------------------------------------------
 
 
-def _bn_affine(view: GraphView, bn: gs.Node) -> tuple[np.ndarray, np.ndarray]:
+def _bn_affine(view: GraphView, bn: ir.Node) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel (k, b) with BN(x) = k * x + b, computed in float64."""
     vals = []
     for t in bn.inputs[1:5]:
@@ -150,7 +150,7 @@ def _bn_affine(view: GraphView, bn: gs.Node) -> tuple[np.ndarray, np.ndarray]:
     return k, bias - mean * k
 
 
-def _fold_target(view: GraphView, bn: gs.Node) -> gs.Node | None:
+def _fold_target(view: GraphView, bn: ir.Node) -> ir.Node | None:
     """The float Conv/Gemm directly before ``bn`` whose only reader is ``bn``, with float constant weights."""
     x = bn.inputs[0]
     p = view.producer(x)
@@ -221,7 +221,7 @@ def fold_batchnorm(match: Match, ed: Editor) -> RewriteResult:
     return _bn_as_depthwise(view, ed, bn, k, b, dq, shape)
 
 
-def _fold_into(view: GraphView, ed: Editor, bn: gs.Node, p: gs.Node, k: np.ndarray, b: np.ndarray) -> RewriteResult:
+def _fold_into(view: GraphView, ed: Editor, bn: ir.Node, p: ir.Node, k: np.ndarray, b: np.ndarray) -> RewriteResult:
     w = read_weight(view, p.inputs[1]).values.astype(np.float64)
     bias0 = np.zeros(k.size)
     if len(p.inputs) > 2 and p.inputs[2].name:
@@ -322,7 +322,7 @@ POINTWISE = frozenset({"Relu", "Clip", "LeakyRelu", "HardSwish", "HardSigmoid", 
                        "QuantizeLinear", "DequantizeLinear", "Identity", "BatchNormalization", "PRelu"})
 
 
-def _spatially_pointwise(view: GraphView, node: gs.Node) -> bool:
+def _spatially_pointwise(view: GraphView, node: ir.Node) -> bool:
     """``node`` is in POINTWISE and its parameters do not vary over space (per-tensor or per-channel)."""
     if node.op not in POINTWISE or not node.outputs or len([o for o in node.outputs if o.name]) != 1:
         return False
@@ -335,9 +335,9 @@ def _spatially_pointwise(view: GraphView, node: gs.Node) -> bool:
     return all(view.is_const_like(t) for t in node.inputs[1:] if t.name)
 
 
-def _pointwise_chain(view: GraphView, y: gs.Tensor, limit: int = 8) -> tuple[list[gs.Node], gs.Tensor]:
+def _pointwise_chain(view: GraphView, y: ir.Tensor, limit: int = 8) -> tuple[list[ir.Node], ir.Tensor]:
     """The longest chain of single-reader, spatially pointwise ops starting at ``y``, and its end tensor."""
-    chain: list[gs.Node] = []
+    chain: list[ir.Node] = []
     t = y
     for _ in range(limit):
         if view.is_graph_output(t) or len(t.outputs) != 1:
@@ -350,7 +350,7 @@ def _pointwise_chain(view: GraphView, y: gs.Tensor, limit: int = 8) -> tuple[lis
     return chain, t
 
 
-def _explicit_pads(conv: gs.Node, hw: list[int], kernel: list[int], strides: list[int], dil: list[int]) -> list[int]:
+def _explicit_pads(conv: ir.Node, hw: list[int], kernel: list[int], strides: list[int], dil: list[int]) -> list[int]:
     ap = _attr(conv, "auto_pad", "NOTSET")
     if ap in ("NOTSET", None, ""):
         return [int(p) for p in conv.attrs.get("pads", [0] * (2 * len(hw)))]
@@ -370,7 +370,7 @@ def _explicit_pads(conv: gs.Node, hw: list[int], kernel: list[int], strides: lis
     return begins + ends
 
 
-def _kernel(view: GraphView, conv: gs.Node) -> list[int] | None:
+def _kernel(view: GraphView, conv: ir.Node) -> list[int] | None:
     ks = conv.attrs.get("kernel_shape")
     if ks is not None:
         return [int(k) for k in ks]
@@ -378,7 +378,7 @@ def _kernel(view: GraphView, conv: gs.Node) -> list[int] | None:
     return [int(d) for d in w.shape[2:]] if w.shape is not None and len(w.shape) >= 3 else None
 
 
-def _stride_target(view: GraphView, y: gs.Tensor) -> tuple[list[gs.Node], gs.Node] | None:
+def _stride_target(view: GraphView, y: ir.Tensor) -> tuple[list[ir.Node], ir.Node] | None:
     """(pointwise chain, 1x1 Conv) when ``y`` reaches, through single-reader pointwise ops only, a
     stride-1, unpadded, non-depthwise 1x1 Conv that is its only reader."""
     chain, t = _pointwise_chain(view, y)
@@ -507,7 +507,7 @@ def relu_before_reshape(match: Match, ed: Editor) -> RewriteResult:
     un-activated reshaped tensor keep the original Reshape."""
     view, act = match.view, match.node
     a_in, a_out = act.inputs[0], act.outputs[0]
-    between: list[gs.Node] = []
+    between: list[ir.Node] = []
     t = a_in
     p = view.producer(t)
     while p is not None and p.op in QDQ_OPS:
@@ -625,7 +625,7 @@ def drop_trailing_softmax(match: Match, ed: Editor) -> RewriteResult:
     DequantizeLinear output (or the int8 logits when the output was already int8)."""
     view, sm = match.view, match.node
     x, y = sm.inputs[0], sm.outputs[0]
-    chain: list[gs.Node] = []
+    chain: list[ir.Node] = []
     t = y
     while not view.is_graph_output(t):
         cons = list(t.outputs)

@@ -10,7 +10,7 @@ the graph and record the scale/zero-point as an :class:`~fixer.rewriters.IoChang
 from __future__ import annotations
 
 import numpy as np
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import Editor, GraphView, node_label, qdq_params
 from . import IoChange, Match, NearMiss, RewriteResult, rewriter
@@ -20,11 +20,11 @@ MOVE_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", 
 _INT8 = {"int8": np.int8, "uint8": np.uint8}
 
 
-def _q(node: gs.Node) -> str:
+def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
 
 
-def _rewire(old: gs.Tensor, new: gs.Tensor) -> None:
+def _rewire(old: ir.Tensor, new: ir.Tensor) -> None:
     """Make every consumer node of ``old`` read ``new`` (graph outputs are left alone)."""
     for consumer in list(old.outputs):
         for i, t in enumerate(consumer.inputs):
@@ -32,11 +32,11 @@ def _rewire(old: gs.Tensor, new: gs.Tensor) -> None:
                 consumer.inputs[i] = new
 
 
-def _is_output(ed: Editor, t: gs.Tensor) -> bool:
+def _is_output(ed: Editor, t: ir.Tensor) -> bool:
     return any(o is t for o in ed.graph.outputs)
 
 
-def _prune(ed: Editor, t: gs.Tensor) -> None:
+def _prune(ed: Editor, t: ir.Tensor) -> None:
     """Disconnect the data-movement nodes hanging off ``t`` whose results nothing reads any more, so
     later rewrites in the same engine round do not see them as readers."""
     for c in list(t.outputs):
@@ -47,7 +47,7 @@ def _prune(ed: Editor, t: gs.Tensor) -> None:
                 ed.remove(c)
 
 
-def _per_tensor(view: GraphView, node: gs.Node) -> tuple[float, int, np.dtype]:
+def _per_tensor(view: GraphView, node: ir.Node) -> tuple[float, int, np.dtype]:
     """(scale, zero_point, integer dtype) of a per-tensor Q/DQ, or NearMiss."""
     try:
         scale, zp, _axis = qdq_params(view, node)
@@ -75,7 +75,7 @@ def _offset(var: str, zp: int, sign: int = -1) -> str:
 # ------------------------------------------------------------------------------------------------
 
 
-def _reaches_output(view: GraphView, ed: Editor, t: gs.Tensor, depth: int = 0) -> bool:
+def _reaches_output(view: GraphView, ed: Editor, t: ir.Tensor, depth: int = 0) -> bool:
     if depth > 16:
         return False
     if _is_output(ed, t):
@@ -110,10 +110,10 @@ def int8_graph_output(match: Match, ed: Editor) -> RewriteResult:
         q.dtype = np.int8
     if q.shape is None and y.shape is not None:
         q.shape = y.shape
-    replaced: list[tuple[gs.Tensor, gs.Tensor]] = []  # (float graph output, its int8 twin)
+    replaced: list[tuple[ir.Tensor, ir.Tensor]] = []  # (float graph output, its int8 twin)
     moved: list[str] = []
 
-    def twin(t_float: gs.Tensor, t_int8: gs.Tensor) -> None:
+    def twin(t_float: ir.Tensor, t_int8: ir.Tensor) -> None:
         if _is_output(ed, t_float):
             replaced.append((t_float, t_int8))
         for c in list(t_float.outputs):
@@ -174,7 +174,7 @@ def int8_graph_input(match: Match, ed: Editor) -> RewriteResult:
         raise NearMiss(f"{_q(qn)} quantizes to {qdt.name}; only 8-bit graph inputs are supported.")
 
     # -- the float prologue: graph input -> (Transpose/Reshape/...)* -> x -----------------------------
-    prologue: list[gs.Node] = []
+    prologue: list[ir.Node] = []
     t = x
     while not view.is_graph_input(t):
         p = view.producer(t)
@@ -212,7 +212,7 @@ def int8_graph_input(match: Match, ed: Editor) -> RewriteResult:
         dq_params = [(c, *_per_tensor(view, c)) for c in qout.outputs]
 
     # -- build ------------------------------------------------------------------------------------
-    new_in = gs.Variable(g.name, dtype=want.type, shape=list(g.shape) if g.shape is not None else None)
+    new_in = ir.Variable(g.name, dtype=want.type, shape=list(g.shape) if g.shape is not None else None)
     g.name = ed.name(g.name + "_float")
     idx = next(i for i, t in enumerate(ed.graph.inputs) if t is g)
     ed.graph.inputs[idx] = new_in

@@ -22,7 +22,7 @@ float) and so are the unrolled cells: they reach the NPU once the model is re-qu
 from __future__ import annotations
 
 import numpy as np
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import QDQ_OPS, Editor, node_label, read_weight
 from . import Match, NearMiss, RewriteResult, rewriter
@@ -31,11 +31,11 @@ LSTM_ACTIVATIONS = ("sigmoid", "tanh", "tanh")
 GRU_ACTIVATIONS = ("sigmoid", "tanh")
 
 
-def _q(node: gs.Node) -> str:
+def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
 
 
-def _attr(node: gs.Node, name: str, default=None):
+def _attr(node: ir.Node, name: str, default=None):
     v = node.attrs.get(name, default)
     if isinstance(v, bytes):
         return v.decode()
@@ -51,7 +51,7 @@ def _opset(match: Match) -> int:
     return 17
 
 
-def _input(node: gs.Node, i: int) -> gs.Tensor | None:
+def _input(node: ir.Node, i: int) -> ir.Tensor | None:
     if i >= len(node.inputs):
         return None
     t = node.inputs[i]
@@ -71,16 +71,16 @@ class _Ops:
         n = self.ed.node(op, inputs, outputs, attrs, dtype=self.dtype, shape=list(shape) if shape is not None else None)
         return n.outputs
 
-    def const(self, values, base=None) -> gs.Constant:
+    def const(self, values, base=None) -> ir.Constant:
         return self.ed.const(np.asarray(values, dtype=self.dtype), base)
 
-    def op(self, op, inputs, shape, **attrs) -> gs.Tensor:
+    def op(self, op, inputs, shape, **attrs) -> ir.Tensor:
         return self._node(op, inputs, shape, attrs)[0]
 
-    def matmul(self, x, w: np.ndarray, shape) -> gs.Tensor:
+    def matmul(self, x, w: np.ndarray, shape) -> ir.Tensor:
         return self.op("MatMul", [x, self.const(w)], shape)
 
-    def split(self, x, sizes: list[int], axis: int, shape) -> list[gs.Tensor]:
+    def split(self, x, sizes: list[int], axis: int, shape) -> list[ir.Tensor]:
         if len(sizes) == 1:
             return [x]
         outs = []
@@ -94,24 +94,24 @@ class _Ops:
             self._node("Split", [x], None, {"axis": axis, "split": list(sizes)}, outs)
         return outs
 
-    def concat(self, xs, axis: int, shape) -> gs.Tensor:
+    def concat(self, xs, axis: int, shape) -> ir.Tensor:
         if len(xs) == 1:
             return xs[0]
         return self.op("Concat", list(xs), shape, axis=axis)
 
-    def reshape(self, x, shape) -> gs.Tensor:
+    def reshape(self, x, shape) -> ir.Tensor:
         if list(x.shape or []) == list(shape):
             return x
         return self.op("Reshape", [x, self.ed.const(np.asarray(shape, dtype=np.int64))], shape)
 
-    def clip(self, x, limit: float, shape) -> gs.Tensor:
+    def clip(self, x, limit: float, shape) -> ir.Tensor:
         if self.opset >= 11:
-            lo = gs.Constant(self.ed.name(), np.asarray(-limit, dtype=self.dtype))
-            hi = gs.Constant(self.ed.name(), np.asarray(limit, dtype=self.dtype))
+            lo = ir.Constant(self.ed.name(), np.asarray(-limit, dtype=self.dtype))
+            hi = ir.Constant(self.ed.name(), np.asarray(limit, dtype=self.dtype))
             return self.op("Clip", [x, lo, hi], shape)
         return self.op("Clip", [x], shape, min=float(-limit), max=float(limit))
 
-    def add_const(self, x, values: np.ndarray, shape) -> gs.Tensor:
+    def add_const(self, x, values: np.ndarray, shape) -> ir.Tensor:
         if not np.any(values):
             return x
         return self.op("Add", [x, self.const(values)], shape)
@@ -217,7 +217,7 @@ class _Recurrent:
                            f"constant weights (directly or through one DequantizeLinear).")
         return w.dequantized().astype(np.float32)
 
-    def state(self, idx: int) -> list[gs.Tensor | np.ndarray | None]:
+    def state(self, idx: int) -> list[ir.Tensor | np.ndarray | None]:
         """Per direction: the initial state as a [1, B, H] tensor, a constant array, or None (zero)."""
         t = _input(self.node, idx)
         if t is None:
@@ -230,7 +230,7 @@ class _Recurrent:
             return [t]
         return self.ops.split(t, [1, 1], 0, [self.nd, self.B, self.H])
 
-    def wanted(self) -> list[gs.Tensor | None]:
+    def wanted(self) -> list[ir.Tensor | None]:
         """Y, Y_h, Y_c (GRU: Y, Y_h): the output tensors that are read or are graph outputs."""
         out = []
         for t in self.node.outputs:
@@ -238,11 +238,11 @@ class _Recurrent:
             out.append(t if use else None)
         return out
 
-    def sequence(self) -> gs.Tensor:
+    def sequence(self) -> ir.Tensor:
         """X, [T, B, I]."""
         return self.x
 
-    def input_projection(self, x: gs.Tensor, d: int, gates: int, bias: np.ndarray) -> list[gs.Tensor]:
+    def input_projection(self, x: ir.Tensor, d: int, gates: int, bias: np.ndarray) -> list[ir.Tensor]:
         """x [T, B, I] -> T slices [1, B, gates*H] of x W_d^T + bias."""
         GH = gates * self.H
         o = self.ops
@@ -250,7 +250,7 @@ class _Recurrent:
         xw = o.add_const(xw, bias, [self.T, self.B, GH])
         return o.split(xw, [1] * self.T, 0, [self.T, self.B, GH])
 
-    def finish(self, ed: Editor, hs: list[list[gs.Tensor]], finals: list[list[gs.Tensor]]) -> list[str]:
+    def finish(self, ed: Editor, hs: list[list[ir.Tensor]], finals: list[list[ir.Tensor]]) -> list[str]:
         """Build Y from the per-direction hidden states (in time order) and the final states
         (Y_h, Y_c) from ``finals[k][d]``; rewire the readers of the original outputs. Returns the
         names of the outputs built."""
@@ -258,7 +258,7 @@ class _Recurrent:
         T, B, H, nd = self.T, self.B, self.H, self.nd
         wanted = self.wanted()
         built = []
-        news: list[tuple[gs.Tensor, gs.Tensor]] = []
+        news: list[tuple[ir.Tensor, ir.Tensor]] = []
         if wanted[0] is not None:
             per_dir = [o.reshape(o.concat(hs[d], 0, [T, B, H]), [T, 1, B, H]) for d in range(nd)]
             y = o.concat(per_dir, 1, [T, nd, B, H])

@@ -32,7 +32,7 @@ from fractions import Fraction
 from math import gcd
 
 import numpy as np
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..graph import Editor, node_label, qdq_params
 from ..npu.constraints import channel_split_ok
@@ -133,7 +133,7 @@ def plan_axis(mode: str, n: int, m: int, scale: float, *, max_step: int, axis: s
     raise Inexact(f"uses coordinate_transformation_mode '{mode}'")
 
 
-def _attr(node: gs.Node, name: str, default):
+def _attr(node: ir.Node, name: str, default):
     v = node.attrs.get(name, default)
     return v.decode() if isinstance(v, bytes) else v
 
@@ -349,10 +349,10 @@ def bilinear_resize_to_conv_transpose(match: Match, ed: Editor) -> RewriteResult
                                 f"(stride {ph.stride}x{pw.stride}, {kernel_text}){extra}")
 
 
-def _as_nearest(node: gs.Node, ed: Editor, ph: AxisPlan, pw: AxisPlan, out_shape, fdtype, what: str) -> RewriteResult:
+def _as_nearest(node: ir.Node, ed: Editor, ph: AxisPlan, pw: AxisPlan, out_shape, fdtype, what: str) -> RewriteResult:
     """Every resized axis has one pixel (or is not resized): bilinear equals nearest."""
     x, out = node.inputs[0], node.outputs[0]
-    roi = node.inputs[1] if len(node.inputs) > 1 else gs.Variable.empty()
+    roi = node.inputs[1] if len(node.inputs) > 1 else ir.Variable.empty()
     sh, sw = ph.m // ph.n, pw.m // pw.n
     scales = ed.const(np.array([1.0, 1.0, sh, sw], dtype=np.float32))
     new = ed.node("Resize", [x, roi, scales], attrs={
@@ -365,9 +365,9 @@ def _as_nearest(node: gs.Node, ed: Editor, ph: AxisPlan, pw: AxisPlan, out_shape
                                 f"nearest/asymmetric/floor Resize with scales {sh}x{sw}, which runs on the NPU")
 
 
-def _replicate_edges(ed: Editor, t: gs.Tensor, shape: list, dtype, axis: int, before: int, after: int):
+def _replicate_edges(ed: Editor, t: ir.Tensor, shape: list, dtype, axis: int, before: int, after: int):
     """Concat(first row x before, t, last row x after) along ``axis``."""
-    def row(i: int) -> gs.Tensor:
+    def row(i: int) -> ir.Tensor:
         shp = list(shape)
         shp[axis] = 1
         return ed.node("Slice", [t, ed.const(np.array([i], np.int64)), ed.const(np.array([i + 1], np.int64)),
@@ -382,7 +382,7 @@ def _replicate_edges(ed: Editor, t: gs.Tensor, shape: list, dtype, axis: int, be
     return ed.node("Concat", parts, attrs={"axis": axis}, dtype=dtype, shape=new_shape).outputs[0], new_shape
 
 
-def _strided_slice(ed: Editor, t: gs.Tensor, resize_out: gs.Tensor, steps: list, ends: list, shape: list) -> gs.Tensor:
+def _strided_slice(ed: Editor, t: ir.Tensor, resize_out: ir.Tensor, steps: list, ends: list, shape: list) -> ir.Tensor:
     """Keep every ``steps``-th row/column of ``t`` (H, W). When the Resize's only reader is a
     QuantizeLinear, the Slice moves int8 data: ``t`` is quantized with that reader's parameters and
     dequantized again after the Slice (Q(DQ(q)) = q, so nothing changes numerically)."""

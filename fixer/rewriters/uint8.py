@@ -12,7 +12,7 @@ whole-model rewriter: the engine runs it alone at the start of a round.
 
 from __future__ import annotations
 
-import onnx_graphsurgeon as gs
+from .. import ir
 
 from ..errors import NafixError
 from ..graph import Editor
@@ -39,7 +39,7 @@ def uint8_to_int8(match: Match, ed: Editor) -> RewriteResult:
         raise NearMiss(f"'{match.node.name}' reads a uint8 tensor nafix finds no uint8 QuantizeLinear or "
                        f"DequantizeLinear for.")
     before = {n.name for n in ed.graph.nodes}
-    new = gs.import_onnx(conv.model)
+    new = ir.import_onnx(conv.model)
     ed.graph.nodes = new.nodes
     ed.graph.inputs = new.inputs
     ed.graph.outputs = new.outputs
