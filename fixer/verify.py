@@ -411,6 +411,14 @@ def verify(
     cut = _downstream(original, noisy) if noisy and contract.contract == "lsb" else None
     if cut is not None:
         capture = sorted(set(capture) | (set(cut.inputs) - set(extra) - orig_names - {i.name for i in original.graph.input}))
+    in_changes = {c.name: c for c in io_changes if c.kind == "input"}
+    out_changes = {c.name: c for c in io_changes if c.kind == "output"}
+    # the fixed model runs only below what is provably equal to the original (fed the original's
+    # values there, which its run then also fetches); the whole fixed model still loads in a session
+    wanted = [o.name for o in original.graph.output if o.name not in extra] + extra
+    fpart = fixed_part(original, fixed, in_changes, wanted)
+    if fpart is not None:
+        capture = sorted(set(capture) | (set(fpart.frontier) - set(extra) - orig_names))
     try:
         s_orig = session(_with_outputs(original, extra + capture))
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
@@ -423,8 +431,6 @@ def verify(
         check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
                             f"the rewritten model does not load in onnxruntime: {first}")
         return Verification(False, contract, list(rules), [check], src, len(feeds))
-    in_changes = {c.name: c for c in io_changes if c.kind == "input"}
-    out_changes = {c.name: c for c in io_changes if c.kind == "output"}
     names = [o.name for o in s_orig.get_outputs() if o.name not in extra and o.name not in capture]
     fixed_names = {o.name for o in s_fix.get_outputs()}
     missing = [n for n in names if n not in fixed_names]
@@ -436,6 +442,7 @@ def verify(
     acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in names + extra}
     captured: list[dict[str, np.ndarray]] = []
     fixed_inputs = {i.name for i in s_fix.get_inputs()}
+    prun = _PartRun(fpart, fixed, boundaries, in_changes, names + extra) if fpart is not None else None
     for feed in feeds:
         try:
             ref = s_orig.run(names + extra + capture, dict(feed))
@@ -448,8 +455,15 @@ def verify(
                 continue
             ch = in_changes.get(k)
             ffeed[k] = _edge_in(v, ch) if ch else v
+        got = None
+        if prun is not None:
+            try:
+                got = prun.run(ffeed, captured[-1])
+            except Exception:  # noqa: BLE001 - the part does not run on its own: the whole model runs
+                prun = None
         try:
-            got = s_fix.run(names + extra, ffeed)
+            if got is None:
+                got = s_fix.run(names + extra, ffeed)
         except Exception as exc:  # noqa: BLE001 - a rewrite onnxruntime cannot run fails the gate, not nafix
             first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)[:300]
             check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
@@ -470,7 +484,9 @@ def verify(
 
     bchecks = []
     rates: dict[str, float] = {}  # boundary tensor -> fraction of values the rewrite changed there
-    isolated = _isolated_boundaries(fixed, boundaries, captured, in_changes)
+    isolated = prun.isolated() if prun is not None else None
+    if isolated is None:
+        isolated = _isolated_boundaries(fixed, boundaries, captured, in_changes)
     for bc in boundaries:
         a, b = isolated.get(bc.tensor) or flat(bc.tensor)
         integer = a.dtype.kind in "iu"
@@ -703,6 +719,12 @@ def _downstream(model: onnx.ModelProto, tensors: Sequence[str]) -> Downstream | 
             reached.update(o for o in node.output if o)
     if not part:
         return None
+    return _part(model, part, tensors)
+
+
+def _part(model: onnx.ModelProto, part: Sequence[onnx.NodeProto], tensors: Sequence[str]) -> Downstream:
+    """``part`` (nodes of ``model``, in its order) as a :class:`Downstream` model of its own: the
+    initializers it reads kept, every other tensor it reads from the rest of the model an input."""
     produced = {o for n in part for o in n.output if o}
     inits = {t.name: t for t in model.graph.initializer}
     read = []
@@ -719,6 +741,186 @@ def _downstream(model: onnx.ModelProto, tensors: Sequence[str]) -> Downstream | 
     m.graph.node.extend(part)
     m.graph.initializer.extend(inits[i] for i in read if i in inits)
     return Downstream(m, tuple(tensors), inputs, frozenset(produced))
+
+
+def _subgraphs(model: onnx.ModelProto) -> bool:
+    return any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+               for n in model.graph.node for a in n.attribute)
+
+
+def proven_equal(original: onnx.ModelProto, fixed: onnx.ModelProto,
+                 in_changes: Mapping[str, IoChange]) -> tuple[set[str], list[onnx.NodeProto]] | None:
+    """The tensors of ``fixed`` that are provably equal to ``original``'s tensor of the same name
+    when both models run on the same feed, and the nodes of ``fixed`` that are not proven (in the
+    fixed model's order), in one topological pass. A tensor is proven when it is an initializer
+    with the same bytes in both, a graph input declared alike in both whose interface no rule
+    changed (not in ``in_changes``: both get the same feed), or an output of a node identical to the
+    original's node of that output (op, domain, attributes, input and output names) whose inputs are
+    all proven: onnxruntime computes a node from its inputs alone. None where the proof does not
+    apply: subgraphs (If/Loop/Scan read outer tensors by name), different opsets or local functions,
+    a name both graph input and initializer (a feed may override it)."""
+    if _subgraphs(original) or _subgraphs(fixed):
+        return None
+    opsets = [{(o.domain or "ai.onnx"): o.version for o in m.opset_import} for m in (original, fixed)]
+    if opsets[0] != opsets[1]:
+        return None
+    if [f.SerializeToString() for f in original.functions] != [f.SerializeToString() for f in fixed.functions]:
+        return None
+    o_inits = {t.name: t for t in original.graph.initializer}
+    f_inits = {t.name: t for t in fixed.graph.initializer}
+    o_inputs = {vi.name: vi for vi in original.graph.input}
+    f_inputs = {vi.name: vi for vi in fixed.graph.input}
+    if set(o_inits) & set(o_inputs) or set(f_inits) & set(f_inputs):
+        return None
+    same: set[str] = set()
+    for name, t in f_inits.items():
+        if name in o_inits and o_inits[name].SerializeToString() == t.SerializeToString():
+            same.add(name)
+    for name, vi in f_inputs.items():
+        if (name in o_inputs and name not in in_changes
+                and o_inputs[name].type.SerializeToString() == vi.type.SerializeToString()):
+            same.add(name)
+    producer = {o: n for n in original.graph.node for o in n.output if o}
+    rest = []
+    for n in fixed.graph.node:
+        first = next((o for o in n.output if o), None)
+        m = producer.get(first) if first is not None else None
+        if (m is not None and m.op_type == n.op_type and m.domain == n.domain and list(m.input) == list(n.input)
+                and list(m.output) == list(n.output) and all(i in same for i in n.input if i)
+                and [a.SerializeToString() for a in m.attribute] == [a.SerializeToString() for a in n.attribute]):
+            same.update(o for o in n.output if o)
+        else:
+            rest.append(n)
+    return same, rest
+
+
+@dataclass(frozen=True)
+class FixedPart:
+    """What of the fixed model the gate runs: its unproven nodes (:func:`proven_equal`) as a model
+    whose inputs are proven tensors (fed the original's values, ``frontier`` those the original's run
+    must fetch) or the fixed model's graph inputs; every other wanted tensor is the original's."""
+
+    part: Downstream
+    same: frozenset[str]
+    frontier: tuple[str, ...]
+    graph_inputs: frozenset[str]
+
+
+def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Mapping[str, IoChange],
+               wanted: Sequence[str]) -> FixedPart | None:
+    """The :class:`FixedPart` that yields ``wanted`` tensors of ``fixed`` as running the whole fixed
+    model would, or None where the whole model is to run (no proof, nothing proven, a wanted tensor
+    neither proven nor computed by the part)."""
+    proof = proven_equal(original, fixed, in_changes)
+    if proof is None:
+        return None
+    same, rest = proof
+    if not rest or len(rest) == len(fixed.graph.node):
+        return None
+    part = _part(fixed, rest, ())
+    f_inputs = frozenset(vi.name for vi in fixed.graph.input)
+    if any(n not in same and n not in part.produced for n in wanted):
+        return None
+    if any(t not in same and t not in f_inputs for t in part.inputs):
+        return None
+    frontier = tuple(t for t in part.inputs if t not in f_inputs)
+    return FixedPart(part, frozenset(same), frontier, f_inputs)
+
+
+#: The suffix of the isolated rewritten regions' tensor names where they share the part's session.
+REGION = "__nafix_region"
+
+
+class _PartRun:
+    """The gate's runs of the fixed model below what is proven (:class:`FixedPart`), one input set at
+    a time, with the isolated rewritten regions (:func:`_isolated_boundaries`, their tensors renamed)
+    in the same session: one session for both, made on the first input set (the part's inputs typed
+    by their values). A proven name is the original's value."""
+
+    def __init__(self, fp: FixedPart, fixed: onnx.ModelProto, boundaries: Sequence[BoundaryCheck],
+                 in_changes: Mapping[str, IoChange], names: Sequence[str]):
+        self.fp, self.fixed, self.boundaries, self.in_changes = fp, fixed, list(boundaries), in_changes
+        self.names = list(names)
+        self.outs = [n for n in names if n not in fp.same]
+        self.sess = None
+        self.tensors: list[str] = []  # boundary tensors of the regions run in the part's session
+        self.need: dict[str, type] = {}  # region input -> the dtype the region wants
+        self.regions: dict[str, tuple[list, list]] = {}
+        self.regions_ok = False  # the regions ran in this session on every input set so far
+
+    def _build(self, feed: Mapping[str, np.ndarray], vals: Mapping[str, np.ndarray]) -> None:
+        m = self.fp.part.typed([feed[t] for t in self.fp.part.inputs], self.outs)
+        region = _region_model(self.fixed, self.boundaries, vals)
+        if region is not None:
+            try:
+                sess = session(_merged(m, _renamed(region[0], REGION)))
+                need = {i.name[:-len(REGION)]: NP_TYPES.get(i.type) for i in sess.get_inputs() if i.name.endswith(REGION)}
+                if all(n in vals for n in need):
+                    self.sess, self.tensors, self.need, self.regions_ok = sess, region[1], need, True
+                    self.regions = {t: ([], []) for t in self.tensors}
+                    return
+            except Exception:  # noqa: BLE001 - the regions do not join the part: they run on their own
+                pass
+        self.sess = session(m)
+
+    def run(self, ffeed: Mapping[str, np.ndarray], vals: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        feed = {t: ffeed[t] if t in self.fp.graph_inputs else vals[t] for t in self.fp.part.inputs}
+        if self.sess is None:
+            self._build(feed, vals)
+        if self.regions_ok:
+            rfeed = {n: _as_int8_if_shifted(vals[n], w) for n, w in self.need.items()}
+            if any(k in self.in_changes for k in rfeed):
+                rfeed = {k: _edge_in(v, self.in_changes[k]) if k in self.in_changes else v for k, v in rfeed.items()}
+            try:
+                res = self.sess.run(self.outs + [t + REGION for t in self.tensors],
+                                    {**feed, **{k + REGION: v for k, v in rfeed.items()}})
+            except Exception:  # noqa: BLE001 - maybe a region alone: the part runs on its own, the regions apart
+                self.regions_ok, self.sess = False, None
+                self.sess = session(self.fp.part.typed([feed[t] for t in self.fp.part.inputs], self.outs))
+                return self.run(ffeed, vals)
+            for t, g in zip(self.tensors, res[len(self.outs):]):
+                g = np.asarray(g)
+                self.regions[t][0].append(_as_int8_if_shifted(np.asarray(vals[t]), g.dtype.type).reshape(-1))
+                self.regions[t][1].append(g.reshape(-1))
+            res = res[:len(self.outs)]
+        else:
+            res = self.sess.run(self.outs, feed)
+        got = dict(zip(self.outs, res))
+        return [got[n] if n in got else vals[n] for n in self.names]
+
+    def isolated(self) -> dict | None:
+        """What :func:`_isolated_boundaries` returns, from this session's runs (None: not run here)."""
+        if not self.regions_ok:
+            return None
+        return {t: (np.concatenate(r), np.concatenate(g)) for t, (r, g) in self.regions.items()}
+
+
+def _renamed(model: onnx.ModelProto, suffix: str) -> onnx.ModelProto:
+    """``model`` with every tensor and node name suffixed (no subgraphs: the part has none)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    ren = (lambda x: x + suffix if x else x)
+    for n in m.graph.node:
+        ins, outs = [ren(i) for i in n.input], [ren(o) for o in n.output]
+        del n.input[:]
+        n.input.extend(ins)
+        del n.output[:]
+        n.output.extend(outs)
+        n.name = ren(n.name)
+    for t in m.graph.initializer:
+        t.name = ren(t.name)
+    for vi in list(m.graph.input) + list(m.graph.output) + list(m.graph.value_info):
+        vi.name = ren(vi.name)
+    return m
+
+
+def _merged(a: onnx.ModelProto, b: onnx.ModelProto) -> onnx.ModelProto:
+    """One model of two with disjoint names (``a``'s header)."""
+    m = onnx.ModelProto()
+    m.CopyFrom(a)
+    for f in ("node", "initializer", "input", "output", "value_info"):
+        getattr(m.graph, f).extend(getattr(b.graph, f))
+    return m
 
 
 def _noisy_draws(model: onnx.ModelProto, rates: Mapping[str, float], feeds: Sequence[Mapping[str, np.ndarray]],
@@ -849,6 +1051,27 @@ def _isolated_boundaries(fixed, boundaries, captured, in_changes) -> dict:
         for b in wanted:
             run([b])
     return out
+
+
+def _region_model(fixed: onnx.ModelProto, boundaries: Sequence[BoundaryCheck],
+                  vals: Mapping[str, np.ndarray]) -> tuple[onnx.ModelProto, list[str]] | None:
+    """All rewritten regions of :func:`_isolated_boundaries` cut out of ``fixed`` as one model, as its
+    first attempt cuts them (``vals``: the first input set's captured values), and their boundary
+    tensors; None where that attempt would not get as far as a session."""
+    from onnx.utils import Extractor
+
+    wanted = [b for b in boundaries if b.inputs]
+    if not wanted:
+        return None
+    fixed_names = _tensor_names(fixed) | {i.name for i in fixed.graph.input}
+    ins = sorted({t for b in wanted for t in b.inputs if t in vals and t in fixed_names})
+    if not ins:
+        return None
+    tensors = [b.tensor for b in wanted]
+    try:
+        return Extractor(prepare_for_runtime(fixed)).extract_model(ins, tensors), tensors
+    except Exception:  # noqa: BLE001
+        return None
 
 
 def _as_int8_if_shifted(v: np.ndarray, want) -> np.ndarray:
