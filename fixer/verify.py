@@ -804,6 +804,11 @@ def proven_equal(original: onnx.ModelProto, fixed: onnx.ModelProto,
     return same, rest
 
 
+#: The gate runs a part of the fixed model only when it holds at most this fraction of its nodes:
+#: above, its own session costs about what the runs it saves do (the values are the same either way).
+PART_MAX_FRACTION = 0.5
+
+
 @dataclass(frozen=True)
 class FixedPart:
     """What of the fixed model the gate runs: its unproven nodes (:func:`proven_equal`) as a model
@@ -819,15 +824,32 @@ class FixedPart:
 def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Mapping[str, IoChange],
                wanted: Sequence[str]) -> FixedPart | None:
     """The :class:`FixedPart` that yields ``wanted`` tensors of ``fixed`` as running the whole fixed
-    model would, or None where the whole model is to run (no proof, nothing proven, a wanted tensor
-    neither proven nor computed by the part)."""
+    model would, or None where the whole model is to run (no proof, nothing proven, a part of more
+    than half the nodes, a wanted tensor neither proven nor computed by the part)."""
     proof = proven_equal(original, fixed, in_changes)
     if proof is None:
         return None
     same, rest = proof
     if not rest or len(rest) == len(fixed.graph.node):
         return None
-    part = _part(fixed, rest, ())
+    # a proven tensor computed from initializers alone (e.g. a weight's DequantizeLinear) is computed
+    # again in the part, by the same nodes from the same bytes, rather than fetched from the original
+    # run and fed: fetching keeps every such tensor of the original's run apart (and copies it)
+    producer = {o: n for n in fixed.graph.node for o in n.output if o}
+    const = {t.name for t in fixed.graph.initializer}
+    for n in fixed.graph.node:  # topologically sorted: what depends on initializers alone
+        if all(i in const for i in n.input if i):
+            const.update(o for o in n.output if o)
+    keep = {id(n) for n in rest}
+    todo = [i for n in rest for i in n.input if i and i in same and i in producer and i in const]
+    while todo:
+        n = producer[todo.pop()]
+        if id(n) not in keep:
+            keep.add(id(n))
+            todo.extend(i for i in n.input if i and i in producer)
+    if len(keep) > PART_MAX_FRACTION * len(fixed.graph.node) or len(keep) == len(fixed.graph.node):
+        return None
+    part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
     f_inputs = frozenset(vi.name for vi in fixed.graph.input)
     if any(n not in same and n not in part.produced for n in wanted):
         return None

@@ -18,6 +18,12 @@ ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = sorted(p for p in (ROOT / "sample_models").glob("*.onnx"))
 
 
+@pytest.fixture(autouse=True)
+def _any_part(monkeypatch):
+    """Parts of any size (the real threshold keeps small models whole, for speed only)."""
+    monkeypatch.setattr(verify_mod, "PART_MAX_FRACTION", 1.0)
+
+
 def _spy(monkeypatch):
     """Wrap the part's runs: each one also runs the whole fixed model on the same feed; returns the
     list of (names, whole-model values, part values) per input set."""
@@ -87,6 +93,12 @@ def test_the_part_is_fed_the_originals_values_at_its_frontier():
     fp = verify_mod.fixed_part(_chain(), _chain(alpha=0.2), {}, ["y", "t1"])
     assert fp is not None and fp.frontier == ("t1",)
     assert [n.name for n in fp.part.model.graph.node] == ["lr", "m2"]
+
+
+def test_a_part_of_most_of_the_model_runs_the_whole_model(monkeypatch):
+    monkeypatch.setattr(verify_mod, "PART_MAX_FRACTION", 0.5)
+    assert verify_mod.fixed_part(_chain(), _chain(alpha=0.2), {}, ["y", "t1"]) is None  # 2 of 3 nodes
+    assert verify_mod.fixed_part(_chain(), _chain(scale_b=0.25), {}, ["y", "t1"]) is not None  # 1 of 3
 
 
 def test_no_part_with_subgraphs_or_when_nothing_is_proven():
