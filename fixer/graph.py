@@ -21,6 +21,7 @@ from . import ir
 #: Ops that only move or relabel data; the compiler folds them into their neighbours.
 MOVEMENT_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+_INTS = (int, np.integer)
 
 
 @dataclass(frozen=True)
@@ -271,11 +272,24 @@ class GraphView:
     def is_static(t: ir.Tensor) -> bool:
         """``info(t).static`` without building the TensorInfo: a known shape of non-negative integers."""
         shape = t.shape
-        return shape is not None and all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape)
+        if shape is None:
+            return False
+        for d in shape:  # (a loop, not all() over a generator: this runs for most tensors of a graph)
+            if not (isinstance(d, _INTS) and d >= 0):
+                return False
+        return True
+
+    def activations(self, node: ir.Node) -> list[ir.Tensor]:
+        """The named inputs of ``node`` that are not constant (:meth:`is_const`, inline: every
+        analysis pass reads this for every node)."""
+        folded = self.folded
+        return [t for t in node.inputs
+                if t.name and not (isinstance(t, ir.Constant) or (t.inputs and t.inputs[0].name in folded))]
 
     @staticmethod
     def activation_inputs(node: ir.Node, view: "GraphView") -> list[ir.Tensor]:
-        return [t for t in node.inputs if not _empty(t) and not view.is_const(t)]
+        # (an unnamed tensor is either an omitted Variable or a Constant: dropped either way)
+        return view.activations(node)
 
     # -- walking through data movement -----------------------------------------------------
     def source(self, t: ir.Tensor) -> ir.Node | None:

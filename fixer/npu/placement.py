@@ -118,6 +118,7 @@ class QuantDomain:
         self._sourced: dict[str, bool] = {}
         self._sunk: dict[str, bool] = {}
         self._u8_src: dict[str, bool] = {}
+        self._u8_sink: dict[str, bool] = {}
         self._compute()
 
     def _epilogue(self, c: ir.Node, t: ir.Tensor) -> bool:
@@ -150,7 +151,7 @@ class QuantDomain:
             self._sourced[t.name] = self._is_int(t)
             self._u8_src[t.name] = False
         for node in nodes:
-            acts = [t for t in node.inputs if t.name and not view.is_const(t)]
+            acts = view.activations(node)
             for out in node.outputs:
                 if self._is_int(out):
                     self._sourced[out.name] = True
@@ -216,13 +217,21 @@ class QuantDomain:
         return self._sunk.get(t.name, self._is_int(t))
 
     def sourced_any(self, node: ir.Node) -> bool:
-        acts = [t for t in node.inputs if t.name and not self.view.is_const(t)]
+        acts = self.view.activations(node)
         return any(self.sourced(t) for t in acts)
 
     def uint8_source(self, t: ir.Tensor) -> bool:
         return self._u8_src.get(t.name, False)
 
     def uint8_sink(self, t: ir.Tensor) -> bool:
+        # remembered per tensor: the domain reads a view that does not change while it is used
+        # (one analysis), and int8_activations asks for every output of every op
+        known = self._u8_sink.get(t.name)
+        if known is None:
+            known = self._u8_sink[t.name] = self._uint8_sink(t)
+        return known
+
+    def _uint8_sink(self, t: ir.Tensor) -> bool:
         for c, _ in self.view.sinks(t):
             if c is not None and c.op == "QuantizeLinear" and len(c.inputs) > 2:
                 zp = c.inputs[2]
@@ -379,7 +388,7 @@ def _kernel(node: ir.Node, ctx: PlacementContext, failing: Iterable[Reason]) -> 
         return "float"
     if node.op not in ctx.profile.sw_int8_kernels:
         return "float"
-    acts = ctx.view.activation_inputs(node, ctx.view)
+    acts = ctx.view.activations(node)
     if all(ctx.domain.sourced(t) for t in acts) and all(ctx.domain.sunk(t) for t in node.outputs if t.name):
         return "int8"
     return "float"
