@@ -124,7 +124,7 @@ def quantized_activations(node, ctx):
     """The NPU runs only 8-bit quantized ops: every activation input must come from a
     DequantizeLinear (or an int8 tensor) and every output must reach a QuantizeLinear. Anything left
     in float runs in SW on the Cortex-M55."""
-    floats_in = [t.name for t in ctx.view.activations(node) if not ctx.domain.sourced(t)]
+    floats_in = [t.name for t in ctx.domain.activations(node) if not ctx.domain.sourced(t)]
     floats_out = [t.name for t in node.outputs if t.name and not ctx.domain.sunk(t)]
     if floats_in or floats_out:
         parts = []
@@ -140,7 +140,7 @@ def quantized_activations(node, ctx):
 def int8_activations(node, ctx):
     """Activations must be signed int8: stedgeai rejects uint8 activations ('quantized unsigned
     integer format is not supported'); re-quantize them to int8 (zero-point - 128, same scale)."""
-    bad = [t.name for t in ctx.view.activations(node) if ctx.domain.uint8_source(t)]
+    bad = [t.name for t in ctx.domain.activations(node) if ctx.domain.uint8_source(t)]
     bad += [t.name for t in node.outputs if t.name and ctx.domain.uint8_sink(t)]
     if bad:
         return Verdict(False, f"{_q(node)} reads or writes uint8-quantized tensor(s) {', '.join(bad[:2])}")
