@@ -10,12 +10,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Iterator
 
 import numpy as np
 import onnx
+
 from . import ir
 
 #: Ops that only move or relabel data; the compiler folds them into their neighbours.
@@ -118,17 +119,7 @@ class GraphView:
         returns the subgraph nodes' owners by name (:attr:`nested_owner`)."""
         top = self.graph.nodes
         nested = [(n, t) for t in top if _has_subgraph(t) for n in _nested_nodes(t)]
-        seen: set[str] = set()
-        for i, node in enumerate(top + [n for n, _ in nested] if nested else top):
-            name = node.name
-            if not name or name in seen:
-                base = name or f"{node.op}_{i}"
-                name, k = base, 1
-                while name in seen:
-                    name = f"{base}_{k}"
-                    k += 1
-                node.name = name
-            seen.add(name)
+        unique_node_names(top + [n for n, _ in nested] if nested else top, sep="_", first=1)
         return {n.name: t for n, t in nested}
 
     def owner(self, node: ir.Node) -> ir.Node:
@@ -146,10 +137,7 @@ class GraphView:
     @cached_property
     def opset(self) -> int:
         """The model's default-domain opset (what the ops nafix builds may use)."""
-        for imp in self.model.opset_import:
-            if imp.domain in ("", "ai.onnx"):
-                return int(imp.version)
-        return 0
+        return ir.model_opset(self.model)
 
     # -- index: built on first use, kept current by add_node / remove_node -------------------
     @cached_property
@@ -235,22 +223,10 @@ class GraphView:
             t = p.inputs[0]
         return True
 
-    def const_value(self, t: ir.Tensor) -> np.ndarray | None:
+    @staticmethod
+    def const_value(t: ir.Tensor) -> np.ndarray | None:
         """The value of a constant tensor when it is stored (initializer or Constant node)."""
-        if isinstance(t, ir.Constant):
-            return np.asarray(t.values)
-        p = self.producer(t)
-        if p is not None and p.op == "Constant":
-            v = p.attrs.get("value")
-            if isinstance(v, ir.Constant):
-                return np.asarray(v.values)
-            for key in ("value_float", "value_int"):
-                if key in p.attrs:
-                    return np.asarray(p.attrs[key])
-            for key in ("value_floats", "value_ints"):
-                if key in p.attrs:
-                    return np.asarray(p.attrs[key])
-        return None
+        return const_value(t)
 
     @staticmethod
     def info(t: ir.Tensor) -> TensorInfo:
@@ -268,7 +244,7 @@ class GraphView:
         return TensorInfo(t.name, shape, dtype)
 
     @staticmethod
-    def activation_inputs(node: ir.Node, view: "GraphView") -> list[ir.Tensor]:
+    def activation_inputs(node: ir.Node, view: GraphView) -> list[ir.Tensor]:
         return [t for t in node.inputs if not _empty(t) and not view.is_const(t)]
 
     # -- walking through data movement -----------------------------------------------------
@@ -325,6 +301,45 @@ class GraphView:
             return False
         ins = [t for t in node.inputs if not _empty(t)]
         return bool(ins) and all(type(t) is ir.Constant or (t.inputs and t.inputs[0].name in folded) for t in ins)
+
+
+def unique_node_names(nodes: Iterable[ir.Node], *, sep: str = "__nafix_", first: int = 0) -> int:
+    """Give every node of ``nodes`` a unique name, in order (earlier nodes keep theirs): an unnamed
+    node becomes ``<op>_<index>``, a repeated name ``<name><sep><k>`` (``k`` from ``first``).
+    Returns how many nodes were renamed. (The views name ``_1``, ``_2``...; the quantizer
+    ``__nafix_0``..., as the models it wrote always had.)"""
+    seen: set[str] = set()
+    renamed = 0
+    for i, node in enumerate(nodes):
+        name = node.name
+        if not name or name in seen:
+            base = name or f"{node.op}_{i}"
+            name, k = base, first
+            while name in seen:
+                name = f"{base}{sep}{k}"
+                k += 1
+            node.name = name
+            renamed += 1
+        seen.add(name)
+    return renamed
+
+
+def const_value(t: ir.Tensor) -> np.ndarray | None:
+    """The value of a constant tensor when it is stored (initializer or Constant node)."""
+    if type(t) is ir.Constant:
+        return np.asarray(t.values)
+    p = t.inputs[0] if t.inputs else None
+    if p is not None and p.op == "Constant":
+        v = p.attrs.get("value")
+        if isinstance(v, ir.Constant):
+            return np.asarray(v.values)
+        for key in ("value_float", "value_int"):
+            if key in p.attrs:
+                return np.asarray(p.attrs[key])
+        for key in ("value_floats", "value_ints"):
+            if key in p.attrs:
+                return np.asarray(p.attrs[key])
+    return None
 
 
 def _nested_nodes(node: ir.Node) -> Iterator[ir.Node]:
@@ -389,13 +404,19 @@ class Editor:
         return ir.Variable(self.name(base), dtype=dtype, shape=shape)
 
     def node(self, op: str, inputs: list, outputs: list | None = None, attrs: dict | None = None,
-             *, dtype=None, shape=None, domain: str | None = None) -> ir.Node:
-        """Create ``op`` reading ``inputs``; with no ``outputs`` one new variable is made."""
+             *, dtype=None, shape=None, domain: str | None = None, base: str | None = None,
+             at: int | None = None) -> ir.Node:
+        """Create ``op`` reading ``inputs``; with no ``outputs`` one new variable is made. ``base``:
+        the node's name base (the anchor's by default); ``at``: its index in the node list (the end
+        by default; the engine sorts the graph after the round)."""
         if outputs is None:
             outputs = [self.var(dtype=dtype, shape=shape)]
-        n = ir.Node(op=op, name=self.name(), attrs=dict(attrs or {}), inputs=list(inputs), outputs=list(outputs),
+        n = ir.Node(op=op, name=self.name(base), attrs=dict(attrs or {}), inputs=list(inputs), outputs=list(outputs),
                     domain=domain)
-        self.graph.nodes.append(n)
+        if at is None:
+            self.graph.nodes.append(n)
+        else:
+            self.graph.nodes.insert(at, n)
         self.provenance[n.name] = self.rule_id
         self.created.append(n)
         return n

@@ -1012,15 +1012,20 @@ def _copy_opset(imp) -> onnx.OperatorSetIdProto:
     return out
 
 
+def model_opset(model: onnx.ModelProto) -> int:
+    """The default-domain (``""`` / ``ai.onnx``) opset a model imports; 0 when it imports none."""
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return int(imp.version)
+    return 0
+
+
 def import_onnx(model: onnx.ModelProto) -> Graph:
     """The graph of ``model`` (one pass over the protobuf; constants are not decoded)."""
     src = _Source()
     src.functions = model.functions
     g = _Importer(src).graph(model.graph, [])
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            g.opset = imp.version
-            break
+    g.opset = model_opset(model) or None
     g.import_domains = [_copy_opset(i) for i in model.opset_import]
     g.producer_name = model.producer_name
     g.producer_version = model.producer_version

@@ -113,6 +113,7 @@ from .uint8 import (  # noqa: F401
     EXACT_SHIFT_OPS,
     Uint8Conversion,
     convert_uint8_to_int8,
+    convert_uint8_graph,
     _scalar_or_list,
     _tensor_types,
     _reaches_dequantize,
@@ -124,7 +125,6 @@ from .uint8 import (  # noqa: F401
     _requantize_weight,
     _dequantize,
     _requantize_bias,
-    _retype,
     symmetric_output_params,
 )
 from .islands import (  # noqa: F401

@@ -4,6 +4,7 @@ islands that remain (:func:`float_islands`).
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 
 import numpy as np
@@ -11,7 +12,14 @@ import onnx
 from onnx import TensorProto
 
 from ..analysis import analyze_model
-from .modelproto import _attr, _constants, _copy, _load_profile, _strip_initializer_inputs, _unique_names
+from .modelproto import (
+    _attr,
+    _constants,
+    _copy,
+    _load_profile,
+    _strip_initializer_inputs,
+    _unique_names,
+)
 
 #: Weight input slots whose constants the NPU wants int8 symmetric per channel.
 WEIGHT_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "PRelu")
@@ -20,15 +28,15 @@ WEIGHT_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "PRelu")
 ISLAND_CONSTRAINTS = frozenset({"quantized_activations", "params_quantized", "prelu_slope_quantized", "float_island"})
 
 
-def _weight_axis(node: onnx.NodeProto, rank: int) -> int | None:
-    """The output-channel axis of ``node``'s weight (input 1), None when per-channel does not apply."""
-    op = node.op_type
+def _weight_axis(op: str, attr, rank: int) -> int | None:
+    """The output-channel axis of the weight (input 1) of an ``op`` node whose attributes ``attr(name,
+    default)`` reads; None when per-channel does not apply."""
     if op == "Conv":
         return 0
     if op == "ConvTranspose":
-        return 1 if int(_attr(node, "group", 1)) == 1 else None
+        return 1 if int(attr("group", 1)) == 1 else None
     if op == "Gemm":
-        return 0 if int(_attr(node, "transB", 0)) else 1
+        return 0 if int(attr("transB", 0)) else 1
     if op == "MatMul":
         return rank - 1 if rank == 2 else None
     if op == "PRelu":
@@ -103,7 +111,7 @@ def check_npu_quantization(model: onnx.ModelProto, *, allow_uint8_io: bool = Fal
             continue
         if zp is not None and np.any(zp != 0):
             problems.append(f"{where} is asymmetric (non-zero zero-point)")
-        axis = _weight_axis(n, q.ndim)
+        axis = _weight_axis(n.op_type, functools.partial(_attr, n), q.ndim)
         if axis is None or scale is None:
             continue
         channels = q.shape[axis] if q.ndim > axis else 1
