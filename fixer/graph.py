@@ -442,6 +442,18 @@ class Editor:
         node.outputs.clear()
 
 
+def qparams(node: ir.Node, value=const_value) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(scale, zero-point) of a QuantizeLinear/DequantizeLinear as stored, None where not constant;
+    no zero-point input reads as uint8 zeros (ONNX's default). ``value``: how constants are read."""
+    ins = node.inputs
+    s = value(ins[1]) if len(ins) > 1 else None
+    if len(ins) > 2 and ins[2].name:
+        z = value(ins[2])
+    else:
+        z = None if s is None else np.zeros(np.shape(s), np.uint8)
+    return s, z
+
+
 def qdq_params(view: GraphView, node: ir.Node) -> tuple[np.ndarray, np.ndarray, int | None]:
     """(scale, zero_point, axis) of a QuantizeLinear/DequantizeLinear with constant parameters."""
     scale = view.const_value(node.inputs[1])

@@ -72,18 +72,34 @@ def _set_attr(node: onnx.NodeProto, name: str, value) -> None:
     node.attribute.append(helper.make_attribute(name, value))
 
 
-def _unique_names(model: onnx.ModelProto) -> None:
-    """Give every node a unique name (onnxruntime's node lists and nafix's placement use them)."""
-    seen: set[str] = set()
-    for i, n in enumerate(model.graph.node):
-        if not n.name or n.name in seen:
-            base = n.name or f"{n.op_type}_{i}"
-            name, k = base, 0
-            while name in seen:
-                name = f"{base}__nafix_{k}"
-                k += 1
-            n.name = name
-        seen.add(n.name)
+class _ProtoNode:
+    """A NodeProto seen with the IR's ``name`` / ``op`` (for :func:`fixer.graph.unique_node_names`)."""
+
+    __slots__ = ("p",)
+
+    def __init__(self, p: onnx.NodeProto):
+        self.p = p
+
+    @property
+    def name(self) -> str:
+        return self.p.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.p.name = value
+
+    @property
+    def op(self) -> str:
+        return self.p.op_type
+
+
+def _unique_names(model: onnx.ModelProto) -> int:
+    """Give every node of a model about to go to onnxruntime a unique name (its node lists and nafix's
+    placement use them), by the rule of :func:`fixer.graph.unique_node_names`; returns how many
+    were renamed."""
+    from ..graph import unique_node_names
+
+    return unique_node_names([_ProtoNode(n) for n in model.graph.node])
 
 
 def _strip_initializer_inputs(model: onnx.ModelProto) -> list[str]:

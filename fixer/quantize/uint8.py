@@ -13,7 +13,7 @@ from onnx import TensorProto
 
 from .. import ir
 from ..errors import UsageError
-from ..graph import Editor, const_value, unique_node_names
+from ..graph import Editor, const_value, qparams, unique_node_names
 from .checks import WEIGHT_OPS, _weight_axis
 from .modelproto import _clamp_ir
 from .ort import MIN_PER_CHANNEL_OPSET
@@ -325,13 +325,7 @@ class _Index:
         return ir.Constant(self.ed.name(base), np.asarray(value))
 
     def qparams(self, node: ir.Node) -> tuple[np.ndarray | None, np.ndarray | None]:
-        ins = node.inputs
-        s = self.value(ins[1]) if len(ins) > 1 else None
-        if len(ins) > 2 and ins[2].name:
-            z = self.value(ins[2])
-        else:
-            z = None if s is None else np.zeros(np.shape(s), np.uint8)
-        return s, z
+        return qparams(node, self.value)
 
     def check_uint8_zp(self, node: ir.Node, model_name: str) -> None:
         _, z = self.qparams(node)
