@@ -357,6 +357,16 @@ def _empty(t: ir.Tensor) -> bool:
     return type(t) is ir.Variable and not t.name
 
 
+def attr(node: ir.Node, name: str, default=None):
+    """Attribute ``name`` of ``node`` (``default`` when absent); strings as ``str``."""
+    v = node.attrs.get(name, default)
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, (list, tuple)):
+        return [x.decode() if isinstance(x, bytes) else x for x in v]
+    return v
+
+
 def iter_attrs(node: ir.Node) -> Iterable[tuple[str, object]]:
     return node.attrs.items()
 

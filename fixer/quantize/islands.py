@@ -22,7 +22,6 @@ from .modelproto import (
     _copy,
     _is_quantized,
     _load_profile,
-    _remove_dead,
     _rename_back,
     _rename_collisions,
     _strip_initializer_inputs,

@@ -13,7 +13,7 @@ from onnx import TensorProto
 
 from .. import ir
 from ..errors import UsageError
-from ..graph import Editor, const_value, qparams, unique_node_names
+from ..graph import Editor, attr, const_value, qparams, unique_node_names
 from .checks import WEIGHT_OPS, _weight_axis
 from .modelproto import _clamp_ir
 from .ort import MIN_PER_CHANNEL_OPSET
@@ -147,8 +147,8 @@ def convert_uint8_graph(graph: ir.Graph, ed: Editor, types: dict[str, int], *, i
                     dq_in.add(c.name)
                 continue
             if c.op in EXACT_SHIFT_OPS and c.inputs[0] is t or (c.op == "Concat"):
-                if c.op == "Resize" and (_attr(c, "mode", b"nearest") not in (b"nearest", "nearest")):
-                    raise UsageError(f"{model_name}: '{c.name}' (Resize, {_attr(c, 'mode')!r}) interpolates uint8 "
+                if c.op == "Resize" and attr(c, "mode", "nearest") != "nearest":
+                    raise UsageError(f"{model_name}: '{c.name}' (Resize, {attr(c, 'mode').encode()!r}) interpolates uint8 "
                                      "values; nafix can shift uint8 to int8 exactly only through data movement.")
                 stack.extend(o for o in c.outputs if o.name)
                 continue
@@ -334,9 +334,6 @@ class _Index:
                              f"{'missing' if z is None else z.dtype.name} zero-point.")
 
 
-def _attr(node: ir.Node, name: str, default=None):
-    v = node.attrs.get(name, default)
-    return v.encode() if isinstance(v, str) and name == "mode" else v
 
 
 def _scalar_or_list(v):
@@ -388,7 +385,7 @@ def _first_dq_params(t0: ir.Tensor, gr: _Index, model_name: str):
         for c in t.outputs:
             if c.op == "DequantizeLinear":
                 s, z = gr.qparams(c)
-                found.append((s, z, _attr(c, "axis") if np.size(s) > 1 else None))
+                found.append((s, z, attr(c, "axis") if np.size(s) > 1 else None))
             elif c.op in EXACT_SHIFT_OPS:
                 stack.extend(o for o in c.outputs if o.name)
     return _agree(found, t0.name, model_name)
@@ -408,7 +405,7 @@ def _last_q_params(t0: ir.Tensor, gr: _Index, model_name: str):
             continue
         if p.op == "QuantizeLinear":
             s, z = gr.qparams(p)
-            found.append((s, z, _attr(p, "axis") if np.size(s) > 1 else None))
+            found.append((s, z, attr(p, "axis") if np.size(s) > 1 else None))
         elif p.op in EXACT_SHIFT_OPS:
             stack.extend(i for i in p.inputs[:1] if i.name) if p.op != "Concat" else stack.extend(p.inputs)
     return _agree(found, t0.name, model_name)
@@ -467,7 +464,7 @@ def _requantize_weight(gr: _Index, wt: ir.Tensor, dq: ir.Node, per_channel_ok: b
     wname = wt.name
     q = gr.value(wt)
     s, z = gr.qparams(dq)
-    axis_attr = _attr(dq, "axis", 1)
+    axis_attr = attr(dq, "axis", 1)
     w = _dequantize(q, s, z, axis_attr)
     dq_out = dq.outputs[0]
     users = list(dq_out.outputs)
@@ -538,7 +535,7 @@ def _requantize_bias(gr: _Index, node: ir.Node, w_scale: np.ndarray, axis, warni
         return
     bq = gr.value(bdq.inputs[0])
     bs, bz = gr.qparams(bdq)
-    b = _dequantize(bq, bs, bz, _attr(bdq, "axis", 0)).astype(np.float64)
+    b = _dequantize(bq, bs, bz, attr(bdq, "axis", 0)).astype(np.float64)
     new_s = (np.float32(xs.reshape(-1)[0]) * w_scale.astype(np.float32)).astype(np.float32).reshape(-1)
     if new_s.size == 1 and b.size > 1:
         new_s_b = np.full(b.shape, new_s[0], np.float32)
