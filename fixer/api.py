@@ -225,12 +225,24 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
         extra = [r for r in load_rules(opts.rules_dirs) if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore
                  and r not in rules]
         pre_engine, float_model = _prep_rewrites(model, rules + extra, opts, profile, info, name, on_round)
-        q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile, progress=on_calibration)
+        n_feeds = min(8, calib.max_samples)
+        # The accuracy report compares the quantized model with ``model`` on the first calibration
+        # samples. onnxruntime's calibration runs the float model on them anyway: its outputs there
+        # are the report's reference when the model it calibrates computes bit for bit what
+        # ``model`` does (no float rewrite, or only rewrites held to the bit-exact contract).
+        exact = float_model is model or info.get("float_rewrites", {}).get("verification", {}).get("contract") == "exact"
+        q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile, progress=on_calibration,
+                                 keep_reference=n_feeds if exact else 0)
         quantized = q.model
         info.update(q.as_dict())
         warnings.extend(q.warnings)
-        feeds = open_calibration(float_model, calib, model_name=name).take(min(8, calib.max_samples))
-        acc = accuracy_report(model, quantized, feeds, calibration=q.calibration)
+        if q.reference:
+            feeds, reference = [f for f, _ in q.reference], [r for _, r in q.reference]
+        else:
+            feeds, reference = open_calibration(float_model, calib, model_name=name).take(n_feeds), None
+        q.reference = []
+        acc = accuracy_report(model, quantized, feeds, calibration=q.calibration, reference=reference)
+        del feeds, reference
         info.update(acc.as_dict())
     else:
         source = model

@@ -218,7 +218,9 @@ import onnx
 from fixer.api import FixOptions, fix
 from fixer.quantize import CalibrationOptions
 out = sys.argv[2]
-r = fix(sys.argv[1], FixOptions(output=out, force=True, quantize=True, calib=CalibrationOptions(seed=0)))
+# sys.argv[3]: calibration samples (random data); absent: nafix's default (CalibrationOptions.random_samples)
+calib = CalibrationOptions(seed=0, random_samples=int(sys.argv[3])) if len(sys.argv) > 3 else CalibrationOptions(seed=0)
+r = fix(sys.argv[1], FixOptions(output=out, force=True, quantize=True, calib=calib))
 OUT = {"nodes": len(onnx.load(out).graph.node)}
 """
 
@@ -269,7 +271,7 @@ def bench_quantize(folder: Path, samples: int = 16) -> None:
             for _ in range(2):  # interleaved
                 runs["plain"].append(_child(_PLAIN_CHILD, str(fl), str(Path(tmp) / "y_plain.onnx"), str(samples)))
                 runs["nafix"].append(_child(_NAFIX_Q_CHILD, str(fl), str(Path(tmp) / "y_nafix.onnx"), str(samples)))
-                runs["full"].append(_child(_QUANTIZE_CHILD, str(fl), str(Path(tmp) / "y_full.onnx")))
+                runs["full"].append(_child(_QUANTIZE_CHILD, str(fl), str(Path(tmp) / "y_full.onnx"), str(samples)))
             p = {k: med([x[k] for x in runs["plain"]]) for k in ("wall_s", "cpu_s", "rss_mib")}
             q = {k: med([x[k] for x in runs["nafix"]]) for k in ("wall_s", "cpu_s", "rss_mib")}
             print(f"float YOLOv8n ({size:.1f} MB, dequantized from {yolo.name}), {samples} samples: nafix "
@@ -278,9 +280,14 @@ def bench_quantize(folder: Path, samples: int = 16) -> None:
                   f"{q['wall_s'] / p['wall_s']:.2f}x time, {q['cpu_s'] / p['cpu_s']:.2f}x CPU, "
                   f"{q['rss_mib'] / p['rss_mib']:.2f}x memory (target <= 1.5x)")
             f = {k: med([x[k] for x in runs["full"]]) for k in ("wall_s", "cpu_s", "rss_mib")}
+            from fixer.quantize import CalibrationOptions
+
+            default = CalibrationOptions().random_samples
             print(f"  whole `nafix MODEL --quantize` on it (float rewrites, quantization, accuracy report, gate, "
-                  f"writing): {f['wall_s']:.1f} s / {f['cpu_s']:.1f} s CPU / {f['rss_mib']:.0f} MiB; "
-                  f"{f['wall_s'] / p['wall_s']:.2f}x time, {f['rss_mib'] / p['rss_mib']:.2f}x memory of plain quantize_static")
+                  f"writing), the same {samples} calibration samples (nafix's default: {default}): "
+                  f"{f['wall_s']:.1f} s / {f['cpu_s']:.1f} s CPU / {f['rss_mib']:.0f} MiB; "
+                  f"{f['wall_s'] / p['wall_s']:.2f}x time, {f['cpu_s'] / p['cpu_s']:.2f}x CPU, "
+                  f"{f['rss_mib'] / p['rss_mib']:.2f}x memory of plain quantize_static (target <= 1.5x)")
 
 
 def bench_onnxslim(folder: Path, repeat: int) -> None:

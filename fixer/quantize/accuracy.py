@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -45,7 +43,8 @@ def _session(model: onnx.ModelProto):
 
 def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
                     feeds: Sequence[Mapping[str, np.ndarray]], *, calibration: str = "random", worst: int = 10,
-                    debug_samples: int = 4) -> QuantAccuracy:
+                    debug_samples: int = 4,
+                    reference: Sequence[Mapping[str, np.ndarray]] | None = None) -> QuantAccuracy:
     """Compare a quantized model with its float reference on ``feeds``.
 
     Outputs (matched by name; integer outputs are compared as their values): cosine similarity,
@@ -53,20 +52,40 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     all feeds. ``worst_tensors``: the ``worst`` activations with the lowest SQNR (20 log10 of the
     norm ratio, onnxruntime's ``compute_signal_to_quantization_noice_ratio``) between the float
     model's tensor and the quantized model's dequantized tensor, on the first ``debug_samples``
-    feeds (the intermediate tensors of every sample are held in memory).
+    feeds (one sample's intermediate tensors are held at a time).
+
+    ``reference``: the float model's outputs on ``feeds`` (one ``{output name: value}`` per feed)
+    when they are known already, e.g. recorded from onnxruntime's calibration runs
+    (:attr:`~fixer.quantize.ort.QuantizeResult.reference`): the float model is then not run again
+    for the output figures. Each model is run once per feed: the runs that give the per-tensor SQNR
+    also give the quantized outputs of those feeds.
     """
+    feeds = list(feeds)
     if not feeds:
         raise UsageError("the accuracy report needs at least one input sample.")
-    s_f, s_q = _session(float_model), _session(quant_model)
-    names = [o.name for o in s_f.get_outputs()]
-    q_names = {o.name for o in s_q.get_outputs()}
-    q_inputs = {i.name for i in s_q.get_inputs()}
-    acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in names if n in q_names}
-    for feed in feeds:
-        ref = dict(zip(names, s_f.run(names, dict(feed))))
-        got = dict(zip(list(acc), s_q.run(list(acc), {k: v for k, v in feed.items() if k in q_inputs})))
-        for n in acc:
+    if reference is not None and len(reference) != len(feeds):
+        raise ValueError(f"reference outputs for {len(reference)} feed(s), not {len(feeds)}")
+    names = [o.name for o in float_model.graph.output]
+    q_names = {o.name for o in quant_model.graph.output}
+    q_inputs = {i.name for i in quant_model.graph.input} - {t.name for t in quant_model.graph.initializer}
+    compared = [n for n in names if n in q_names]
+    debug = feeds[:max(1, debug_samples)] if worst > 0 else []
+    worst_rows, q_got = _worst_tensors(float_model, quant_model, debug, worst, outputs=compared) if debug else ([], {})
+    acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in compared}
+    s_f = s_q = None
+    for i, feed in enumerate(feeds):
+        if reference is not None:
+            ref = reference[i]
+        else:
+            s_f = s_f or _session(float_model)
+            ref = dict(zip(names, s_f.run(names, dict(feed))))
+        got = q_got.pop(i, None)
+        if got is None:
+            s_q = s_q or _session(quant_model)
+            got = dict(zip(compared, s_q.run(compared, {k: v for k, v in feed.items() if k in q_inputs})))
+        for n in compared:
             acc[n].append((np.asarray(ref[n]), np.asarray(got[n])))
+    del s_f, s_q
     outputs = []
     for n in names:
         if n not in acc:
@@ -76,7 +95,6 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
         a = np.concatenate([r.reshape(-1) for r, _ in acc[n]]).astype(np.float64)
         b = np.concatenate([g.reshape(-1) for _, g in acc[n]]).astype(np.float64)
         outputs.append({"name": n, **_compare(a, b)})
-    worst_rows = _worst_tensors(float_model, quant_model, list(feeds)[:max(1, debug_samples)], worst) if worst > 0 else []
     return QuantAccuracy(calibration, outputs, worst_rows, len(feeds))
 
 
@@ -91,80 +109,161 @@ def _compare(a: np.ndarray, b: np.ndarray) -> dict:
     return {"cosine": cosine, "snr_db": snr, "max_abs_error": float(np.abs(diff).max()) if diff.size else 0.0}
 
 
+def _saved_tensors(model: onnx.ModelProto) -> tuple[list[str], dict[str, int]]:
+    """The tensors onnxruntime's ``qdq_loss_debug.modify_model_output_intermediate_tensors`` saves,
+    in graph order: every float or float16 input or output of a node that is not an initializer and
+    whose type shape inference knows (``CalibraterBase.select_tensors_to_calibrate`` with no op type
+    filter, on the shape-inferred model); with their element types."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    g = inferred.graph
+    infos = {vi.name: vi for vi in g.value_info}
+    infos.update({o.name: o for o in g.output})
+    infos.update({i.name: i for i in g.input})
+    inits = {t.name for t in g.initializer}
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)
+    out: dict[str, int] = {}
+    for node in g.node:
+        for name in (*node.input, *node.output):
+            vi = infos.get(name)
+            if (name and name not in out and name not in inits and vi is not None and vi.type.HasField("tensor_type")
+                    and vi.type.tensor_type.elem_type in floats):
+                out[name] = vi.type.tensor_type.elem_type
+    return list(out), out
+
+
+def _dequantize_tables(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, tuple[str, int, np.ndarray]]:
+    """For each tensor among ``names`` that a per-tensor DequantizeLinear of int8 or uint8 values
+    writes, with scale and zero-point initializers: (its quantized input, that input's ONNX element
+    type, the 256 values the output can take).
+
+    DequantizeLinear is ``float32(int32(x) - zero_point) * scale`` element by element, one rounding
+    (ONNX's definition, onnxruntime's kernel): the table holds that for every byte value, so
+    ``table[x.view(uint8)]`` is bit for bit the float tensor, which then need not be a graph output
+    of the probe (a quarter of the bytes, and one float tensor held at a time)."""
+    inits = {t.name: t for t in model.graph.initializer}
+    wanted = set(names)
+    out: dict[str, tuple[str, int, np.ndarray]] = {}
+    for n in model.graph.node:
+        if (n.op_type != "DequantizeLinear" or n.domain not in ("", "ai.onnx") or len(n.input) != 3
+                or not n.output or n.output[0] not in wanted or any(a.name != "axis" for a in n.attribute)):
+            continue
+        s, z = inits.get(n.input[1]), inits.get(n.input[2])
+        if s is None or z is None or s.data_type != onnx.TensorProto.FLOAT:
+            continue
+        scale, zero = onnx.numpy_helper.to_array(s), onnx.numpy_helper.to_array(z)
+        if scale.size != 1 or zero.size != 1 or zero.dtype not in (np.int8, np.uint8):
+            continue
+        codes = np.arange(256, dtype=np.uint8).view(zero.dtype)  # the value of each byte
+        table = (codes.astype(np.int32) - np.int32(zero.reshape(-1)[0])).astype(np.float32) \
+            * np.float32(scale.reshape(-1)[0])
+        out[n.output[0]] = (n.input[0], z.data_type, table)
+    return out
+
+
+class _Probe:
+    """A model whose chosen intermediate tensors are graph outputs, run under the options of the
+    accuracy sessions (no graph optimization: the models as written). A tensor that is a graph input
+    is read from the feed (onnxruntime's saved copy of it holds the same values)."""
+
+    def __init__(self, aug: onnx.ModelProto, tensors: Sequence[str], types: Mapping[str, int]):
+        """``aug``: a copy of the model, made the probe's model in place."""
+        import onnxruntime as ort
+
+        from onnx import helper
+
+        self.inputs = {i.name for i in aug.graph.input} - {t.name for t in aug.graph.initializer}
+        present = {o.name for o in aug.graph.output}
+        for name in tensors:
+            if name not in present and name not in self.inputs:
+                aug.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
+                present.add(name)
+        data = aug.SerializeToString()
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 3
+        # many intermediate tensors are outputs here: without the arena each run's buffers go back
+        # to the system instead of growing the session's pool (the time it costs is page faults)
+        so.enable_cpu_mem_arena = False
+        self.session = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+
+    def run(self, names: Sequence[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        fetch = list(dict.fromkeys(n for n in names if n not in self.inputs))
+        values = dict(zip(fetch, self.session.run(fetch, {k: v for k, v in feed.items() if k in self.inputs})))
+        values.update({n: np.asarray(feed[n]) for n in names if n in self.inputs})
+        return values
+
+
 def _worst_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
-                   feeds: list[Mapping[str, np.ndarray]], worst: int) -> list[dict]:
+                   feeds: list[Mapping[str, np.ndarray]], worst: int,
+                   outputs: Sequence[str] = ()) -> tuple[list[dict], dict[int, dict[str, np.ndarray]]]:
     """The ``worst`` tensors by SQNR of the quantized model's values (DequantizeLinear outputs)
-    against the float model's, over all ``feeds``: onnxruntime's ``qdq_loss_debug`` augmented models,
-    tensor matching and SQNR (``20 log10(|x| / |x - y|)`` over the samples concatenated), computed
-    one sample at a time from running sums, so only one sample's activations are held at once (all
-    samples' intermediate tensors of a 640x640 detector took 3.4 GiB)."""
-    from onnxruntime.quantization.qdq_loss_debug import (
-        create_activation_matching,
-        modify_model_output_intermediate_tensors,
-    )
-    from onnxruntime.quantization.qdq_loss_debug import _TENSOR_SAVE_POSTFIX as SAVED
+    against the float model's, over all ``feeds``: the tensors onnxruntime's ``qdq_loss_debug``
+    saves (:func:`_saved_tensors`), its tensor matching (``create_activation_matching``) and SQNR
+    (``20 log10(|x| / |x - y|)`` over the samples concatenated), computed one sample at a time from
+    running sums, so only one sample's activations are held at once (all samples' intermediate
+    tensors of a 640x640 detector took 3.4 GiB). Only the matched tensors are made graph outputs.
+
+    Also returns the quantized model's graph ``outputs`` on each feed (feed index -> {name: value}),
+    from the same runs; empty when the per-tensor view is unavailable (a diagnostic, not a gate:
+    the failure is logged and the caller runs the quantized model itself)."""
+    from onnxruntime.quantization.qdq_loss_debug import create_activation_matching
 
     sums: dict[str, list[float]] = {}  # tensor -> [sum x^2, sum (x - y)^2]
-    with tempfile.TemporaryDirectory(prefix="nafix-qdebug-") as tmp:
-        fpath, qpath = Path(tmp) / "float.onnx", Path(tmp) / "quant.onnx"
-        fa, qa = Path(tmp) / "float_aug.onnx", Path(tmp) / "quant_aug.onnx"
-        f_model, q_model = _copy(float_model), _copy(quant_model)
-        _clamp_ir(f_model)
-        _clamp_ir(q_model)
-        onnx.save(f_model, str(fpath))
-        onnx.save(q_model, str(qpath))
-        q_in = {i.name for i in q_model.graph.input}
-        del f_model, q_model
-        try:
-            with _quiet_onnxruntime():
-                modify_model_output_intermediate_tensors(str(fpath), str(fa))
-                modify_model_output_intermediate_tensors(str(qpath), str(qa))
-                import onnxruntime as ort
-
-                so = ort.SessionOptions()
-                so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-                so.log_severity_level = 3
-                # every intermediate tensor is an output here: without the arena, each run's
-                # buffers go back to the system instead of growing both sessions' pools
-                so.enable_cpu_mem_arena = False
-                f_sess = ort.InferenceSession(str(fa), so, providers=["CPUExecutionProvider"])
-                q_sess = ort.InferenceSession(str(qa), so, providers=["CPUExecutionProvider"])
-
-                # onnxruntime matches tensors by name only: match on the names (each standing for
-                # its own values), then fetch just the matched tensors, one sample at a time
-                def saved(sess) -> dict[str, list[str]]:
-                    return {o.name[: -len(SAVED)]: [o.name] for o in sess.get_outputs() if o.name.endswith(SAVED)}
-
-                f_names, q_names = saved(f_sess), saved(q_sess)
-                matching = create_activation_matching(q_names, f_names)
-                matching = {k: v for k, v in matching.items() if v.get("float")}
-                if not matching:
-                    matching = _match_by_qdq(quant_model, q_names, f_names)
-                pairs = [(k, v["float"][0], v["post_qdq"][0]) for k, v in matching.items()
-                         if v.get("float") and v.get("post_qdq")]
-                f_req = sorted({f for _, f, _ in pairs})
-                q_req = sorted({q for _, _, q in pairs})
-                for feed in feeds if pairs else ():
-                    f_vals = dict(zip(f_req, f_sess.run(f_req, feed)))
-                    q_vals = dict(zip(q_req, q_sess.run(q_req, {k: v for k, v in feed.items() if k in q_in})))
-                    for name, f, q in pairs:
-                        x = np.asarray(f_vals[f], dtype=np.float32).ravel()
+    got: dict[int, dict[str, np.ndarray]] = {}
+    try:
+        with _quiet_onnxruntime():
+            f_model, q_model = _copy(float_model), _copy(quant_model)
+            _clamp_ir(f_model)
+            _clamp_ir(q_model)
+            f_saved, f_types = _saved_tensors(f_model)
+            q_saved, q_types = _saved_tensors(q_model)
+            # onnxruntime matches tensors by name only: match on the names (each standing for its
+            # own values), then fetch just the matched tensors, one sample at a time
+            f_names = {t: [t] for t in f_saved}
+            q_names = {t: [t] for t in q_saved}
+            matching = create_activation_matching(q_names, f_names)
+            matching = {k: v for k, v in matching.items() if v.get("float")}
+            if not matching:
+                matching = _match_by_qdq(quant_model, q_names, f_names)
+            pairs = [(k, v["float"][0], v["post_qdq"][0]) for k, v in matching.items()
+                     if v.get("float") and v.get("post_qdq")]
+            f_req = sorted({f for _, f, _ in pairs})
+            q_req = sorted({q for _, _, q in pairs})
+            if not pairs:
+                return [], {}
+            # dequantized tensors are computed from the int8 ones the probe outputs (bit for bit)
+            tables = _dequantize_tables(q_model, q_req)
+            q_fetch = [tables[q][0] if q in tables else q for q in q_req]
+            q_types = {**q_types, **{src: elem for src, elem, _ in tables.values()}}
+            f_probe = _Probe(f_model, f_req, f_types)
+            q_probe = _Probe(q_model, q_fetch, q_types)
+            del f_model, q_model
+            for i, feed in enumerate(feeds):
+                f_vals = f_probe.run(f_req, feed)
+                q_vals = q_probe.run([*outputs, *q_fetch], feed)
+                got[i] = {n: q_vals[n] for n in outputs}
+                for name, f, q in pairs:
+                    x = np.asarray(f_vals[f], dtype=np.float32).ravel()
+                    if q in tables:
+                        src, _, table = tables[q]
+                        y = np.take(table, np.ascontiguousarray(q_vals[src]).view(np.uint8)).ravel()
+                    else:
                         y = np.asarray(q_vals[q], dtype=np.float32).ravel()
-                        if x.shape != y.shape:
-                            continue
-                        d = x - y
-                        acc = sums.setdefault(name, [0.0, 0.0])
-                        acc[0] += float(np.dot(x, x))  # float32 dot products, as onnxruntime's norms
-                        acc[1] += float(np.dot(d, d))
-                    del f_vals, q_vals
-        except Exception as exc:  # noqa: BLE001 - the per-tensor view is a diagnostic, not a gate
-            log.info("per-tensor SQNR unavailable: %s", exc)
-            return []
+                    if x.shape != y.shape:
+                        continue
+                    d = x - y
+                    acc = sums.setdefault(name, [0.0, 0.0])
+                    acc[0] += float(np.dot(x, x))  # float32 dot products, as onnxruntime's norms
+                    acc[1] += float(np.dot(d, d))
+                del f_vals, q_vals
+    except Exception as exc:  # noqa: BLE001 - the per-tensor view is a diagnostic, not a gate
+        log.info("per-tensor SQNR unavailable: %s", exc)
+        return [], {}
     eps = float(np.finfo("float").eps)
     rows = [{"tensor": k, "sqnr_db": 20 * math.log10(max(math.sqrt(sx), eps) / max(math.sqrt(sd), eps))}
             for k, (sx, sd) in sums.items()]
     rows.sort(key=lambda r: r["sqnr_db"])
-    return rows[:worst]
+    return rows[:worst], got
 
 
 def _match_by_qdq(quant_model: onnx.ModelProto, q_acts: dict, f_acts: dict) -> dict:

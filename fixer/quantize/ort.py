@@ -4,12 +4,14 @@ float by default, and :func:`quantize_float_model`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
+import numpy as np
 import onnx
 from onnx import TensorProto
 
@@ -125,11 +127,65 @@ def _merge_every(reader, batch: int = 16) -> int:
     return max(batch, 1) if total == 0 or total % batch else total + 1
 
 
+class _RecordingSession:
+    """onnxruntime's calibration session, recording the graph outputs of its first ``keep`` runs.
+
+    onnxruntime's calibrators run the float model (augmented with their range-collecting outputs)
+    once per calibration sample, and the augmented model still computes the original graph outputs:
+    these are the float model's outputs on the calibration samples, which the accuracy report
+    compares the quantized model against. Recording them spares a second float session over the
+    same samples. Nothing the calibrator sees changes: ``run`` returns the same values.
+    """
+
+    def __init__(self, inner, names: Sequence[str], keep: int, sink: list):
+        self._inner = inner
+        self._names = list(names)
+        self._keep = keep
+        self._sink = sink
+
+    def run(self, output_names, input_feed, run_options=None):
+        values = self._inner.run(output_names, input_feed, run_options)
+        if len(self._sink) < self._keep:
+            fetched = list(output_names) if output_names else [o.name for o in self._inner.get_outputs()]
+            where = {n: i for i, n in enumerate(fetched)}
+            if all(n in where for n in self._names):
+                # copies: an array onnxruntime returns may keep the session's memory arena alive
+                self._sink.append((dict(input_feed), {n: np.array(values[where[n]], copy=True) for n in self._names}))
+        return values
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@contextlib.contextmanager
+def _recording_calibration(names: Sequence[str], keep: int, sink: list) -> Iterator[None]:
+    """Within the block, onnxruntime's calibrators record the graph outputs ``names`` of their first
+    ``keep`` samples into ``sink`` as ``(feed, {name: value})`` (see :class:`_RecordingSession`)."""
+    if keep <= 0:
+        yield
+        return
+    from onnxruntime.quantization import calibrate
+
+    original = calibrate.CalibraterBase.__dict__["create_inference_session"]
+
+    def create_inference_session(self):
+        original(self)
+        self.infer_session = _RecordingSession(self.infer_session, names, keep, sink)
+
+    calibrate.CalibraterBase.create_inference_session = create_inference_session
+    try:
+        yield
+    finally:
+        calibrate.CalibraterBase.create_inference_session = original
+
+
 def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[str], method: str,
                          nodes_to_quantize: Sequence[str] = (), nodes_to_exclude: Sequence[str] = (),
                          overrides: Mapping[str, list[dict]] | None = None, keep_activations: bool = False,
-                         model_name: str) -> onnx.ModelProto:
-    """onnxruntime ``quantize_static`` with the NPU recipe, on temporary files."""
+                         model_name: str, record: tuple[int, list] | None = None) -> onnx.ModelProto:
+    """onnxruntime ``quantize_static`` with the NPU recipe, on temporary files. ``record``:
+    ``(n, sink)``: the float model's graph outputs on the first ``n`` calibration samples are
+    appended to ``sink`` as ``(feed, {output name: value})``, from onnxruntime's own calibration runs."""
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     extra: dict[str, Any] = {
@@ -149,7 +205,9 @@ def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[s
                         location="float.onnx.data")
         try:
             # linear_time_quantization: same result, without onnxruntime's per-tensor graph rescans
-            with _quiet_onnxruntime(), linear_time_quantization():
+            keep, sink = record if record is not None else (0, [])
+            with _quiet_onnxruntime(), linear_time_quantization(), \
+                    _recording_calibration([o.name for o in model.graph.output], keep, sink):
                 quantize_static(
                     str(src), str(dst), reader,
                     quant_format=QuantFormat.QDQ,
@@ -202,6 +260,10 @@ class QuantizeResult:
     islands: list[dict] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     recipe: str = ST_RECIPE_TEXT
+    #: ``(feed, {output name: float value})`` for the first calibration samples (``keep_reference``),
+    #: recorded from onnxruntime's calibration runs of the float model: the reference the accuracy
+    #: report compares against (empty when not asked for, or when the opset was converted).
+    reference: list = field(default_factory=list, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -215,7 +277,7 @@ class QuantizeResult:
 
 def quantize_float_model(model: onnx.ModelProto, *, calib: CalibrationOptions, progress: Progress | None = None,
                          nodes_to_exclude: Sequence[str] = (), tensor_overrides: Mapping[str, list[dict]] | None = None,
-                         profile=None, model_name: str = "the model") -> QuantizeResult:
+                         profile=None, model_name: str = "the model", keep_reference: int = 0) -> QuantizeResult:
     """Quantize a float model the way the NPU accepts it, with onnxruntime ``quantize_static``.
 
     Recipe: QDQ, QInt8 activations (per tensor, asymmetric), QInt8 weights (symmetric, per channel),
@@ -224,6 +286,9 @@ def quantize_float_model(model: onnx.ModelProto, *, calib: CalibrationOptions, p
     ``tensor_overrides``: onnxruntime ``TensorQuantOverrides`` merged over nafix's (yours win).
     Graph input and output names are kept; the IR version is clamped to 10 and an opset below 13 is
     converted to 13 (per-channel Q/DQ needs it). ``model_name`` is used in error sentences.
+    ``keep_reference``: keep the float model's outputs on the first that many calibration samples in
+    :attr:`QuantizeResult.reference` (computed by onnxruntime's calibration runs, not run again); kept
+    only when the model onnxruntime calibrates computes what ``model`` does (no opset conversion).
     """
     if _is_quantized(model):
         raise UsageError(f"{model_name}: the model is already quantized (it has QuantizeLinear/DequantizeLinear or "
@@ -234,7 +299,8 @@ def quantize_float_model(model: onnx.ModelProto, *, calib: CalibrationOptions, p
     dropped = _strip_initializer_inputs(work)
     if dropped:
         warnings.append(f"{len(dropped)} initializer(s) listed as graph inputs were treated as constants")
-    if _opset(work) < MIN_PER_CHANNEL_OPSET:
+    converted = _opset(work) < MIN_PER_CHANNEL_OPSET
+    if converted:
         work = _convert_opset(work, model_name)
         warnings.append(f"the model was converted from opset {_opset(model)} to {MIN_PER_CHANNEL_OPSET} "
                         "(per-channel QuantizeLinear/DequantizeLinear need it)")
@@ -255,14 +321,20 @@ def quantize_float_model(model: onnx.ModelProto, *, calib: CalibrationOptions, p
     overrides.update({k: list(v) for k, v in (tensor_overrides or {}).items()})
     reader = _reader(source, progress)
     log.info("quantizing %s with onnxruntime (%s) on %s", model_name, ST_RECIPE_TEXT, source.description)
+    reference: list = []
+    keep = 0 if converted else max(0, min(keep_reference, source.total))
     out = _run_quantize_static(work, reader, op_types=op_types, method=calib.method,
-                               nodes_to_exclude=nodes_to_exclude, overrides=overrides, model_name=model_name)
+                               nodes_to_exclude=nodes_to_exclude, overrides=overrides, model_name=model_name,
+                               record=(keep, reference))
+    del work
+    if len(reference) != keep:  # a calibrator that did not run every sample through the session
+        reference = []
     _check_interface(model, out, model_name)
     problems = check_npu_quantization(out)
     islands = float_islands(out, profile=profile)
     for isl in islands:
         log.info("float island remains: %s (%s)", isl["name"], isl["op_type"])
-    return QuantizeResult(out, source.kind, reader.done, warnings, added, islands, problems)
+    return QuantizeResult(out, source.kind, reader.done, warnings, added, islands, problems, reference=reference)
 
 
 def _convert_opset(model: onnx.ModelProto, model_name: str) -> onnx.ModelProto:

@@ -1,0 +1,225 @@
+"""The --quantize flow runs each model as few times as it can without changing a figure.
+
+* onnxruntime's calibration runs the float model on every calibration sample; the float outputs of
+  the first samples are recorded there (``QuantizeResult.reference``) and are the accuracy report's
+  reference: bit for bit what a session of the float model gives, and the quantized model is byte
+  for byte the one quantized without recording.
+* the per-tensor SQNR makes only the matched tensors graph outputs (not every float tensor through a
+  Reshape, as ``qdq_loss_debug`` does) and its quantized runs give those feeds' outputs too: the
+  figures are those of onnxruntime's augmented models, exactly.
+* ``fix --quantize`` uses the recorded reference when the float model it quantized computes what
+  the original does (no float rewrite, or only bit-exact ones) and reports the figures a report
+  computed from scratch gives.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from fixer import quantize as Q
+from fixer.api import FixOptions, fix
+from fixer.verify import session
+
+ROOT = Path(__file__).resolve().parents[1]
+SAMPLES = ROOT / "sample_models"
+
+
+def _conv_sub_model(opset: int = 17) -> onnx.ModelProto:
+    """x -> Conv -> Sub(c, .) -> Relu -> Conv -> y, plus a second output after a Sigmoid: NAF006
+    rewrites the Sub before quantizing (bit-exact), two outputs to record."""
+    rng = np.random.default_rng(5)
+
+    def init(name, arr):
+        return numpy_helper.from_array(np.asarray(arr, np.float32), name)
+
+    inits = [init("w1", rng.standard_normal((8, 3, 3, 3)) * 0.3), init("b1", rng.standard_normal(8) * 0.1),
+             init("c", 1 + 0.5 * rng.standard_normal((1, 8, 1, 1))),
+             init("w2", rng.standard_normal((4, 8, 1, 1)) * 0.3), init("b2", rng.standard_normal(4) * 0.1)]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["h"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("Sub", ["c", "h"], ["d"], name="sub"),
+             helper.make_node("Relu", ["d"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["y"], name="conv2"),
+             helper.make_node("Sigmoid", ["y"], ["s"], name="sigmoid")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16]),
+                           helper.make_tensor_value_info("s", TensorProto.FLOAT, [1, 4, 16, 16])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8
+    return onnx.shape_inference.infer_shapes(m)
+
+
+def test_calibration_records_the_float_outputs_without_changing_the_quantized_model():
+    fm = onnx.load(SAMPLES / "big_activations_float.onnx")
+    calib = Q.CalibrationOptions(seed=3, random_samples=6)
+    plain = Q.quantize_float_model(fm, calib=calib)
+    rec = Q.quantize_float_model(fm, calib=calib, keep_reference=4)
+    assert plain.reference == [] and len(rec.reference) == 4
+    assert rec.model.SerializeToString() == plain.model.SerializeToString()
+    assert rec.as_dict() == plain.as_dict()
+    feeds = Q.open_calibration(fm, calib).take(4)
+    s = session(fm)
+    names = [o.name for o in fm.graph.output]
+    for (feed, outs), want_feed in zip(rec.reference, feeds):
+        assert set(feed) == set(want_feed) and all(np.array_equal(feed[k], want_feed[k]) for k in feed)
+        want = dict(zip(names, s.run(names, want_feed)))
+        assert list(outs) == names
+        for n in names:  # bit for bit: the same kernels on the same inputs
+            assert outs[n].dtype == want[n].dtype and outs[n].tobytes() == want[n].tobytes()
+    # more than there are samples: one per sample
+    assert len(Q.quantize_float_model(fm, calib=calib, keep_reference=50).reference) == 6
+
+
+def test_no_reference_when_the_opset_was_converted():
+    m = _conv_sub_model(opset=11)
+    res = Q.quantize_float_model(m, calib=Q.CalibrationOptions(random_samples=3), keep_reference=3)
+    assert any("converted from opset 11" in w for w in res.warnings)
+    assert res.reference == []
+
+
+def _old_worst_tensors(float_model, quant_model, feeds, tmp_path) -> dict[str, float]:
+    """The per-tensor SQNR as the accuracy report computed it before: onnxruntime's qdq_loss_debug
+    augmented models (every float tensor saved through a Reshape), its matching, the same sums."""
+    from onnxruntime.quantization.qdq_loss_debug import (
+        _TENSOR_SAVE_POSTFIX as SAVED,
+        create_activation_matching,
+        modify_model_output_intermediate_tensors,
+    )
+
+    sessions = {}
+    for tag, m in (("f", float_model), ("q", quant_model)):
+        onnx.save(m, tmp_path / f"{tag}.onnx")
+        modify_model_output_intermediate_tensors(str(tmp_path / f"{tag}.onnx"), str(tmp_path / f"{tag}_aug.onnx"))
+        sessions[tag] = session(onnx.load(tmp_path / f"{tag}_aug.onnx"))
+
+    def saved(sess):
+        return {o.name[: -len(SAVED)]: [o.name] for o in sess.get_outputs() if o.name.endswith(SAVED)}
+
+    matching = create_activation_matching(saved(sessions["q"]), saved(sessions["f"]))
+    pairs = [(k, v["float"][0], v["post_qdq"][0]) for k, v in matching.items() if v.get("float") and v.get("post_qdq")]
+    sums: dict[str, list[float]] = {}
+    for feed in feeds:
+        fv = dict(zip([f for _, f, _ in pairs], sessions["f"].run([f for _, f, _ in pairs], feed)))
+        qv = dict(zip([q for _, _, q in pairs], sessions["q"].run([q for _, _, q in pairs], feed)))
+        for name, f, q in pairs:
+            x, y = np.asarray(fv[f], np.float32).ravel(), np.asarray(qv[q], np.float32).ravel()
+            d = x - y
+            acc = sums.setdefault(name, [0.0, 0.0])
+            acc[0] += float(np.dot(x, x))
+            acc[1] += float(np.dot(d, d))
+    eps = float(np.finfo("float").eps)
+    return {k: 20 * math.log10(max(math.sqrt(a), eps) / max(math.sqrt(b), eps)) for k, (a, b) in sums.items()}
+
+
+@pytest.mark.parametrize("name", ["big_activations_float", "classifier_softmax_float"])
+def test_per_tensor_sqnr_and_quantized_outputs_are_the_augmented_models(tmp_path, name):
+    from fixer.quantize.accuracy import _dequantize_tables, _worst_tensors
+
+    fm = onnx.load(SAMPLES / f"{name}.onnx")
+    calib = Q.CalibrationOptions(seed=1, random_samples=4)
+    qm = Q.quantize_float_model(fm, calib=calib).model
+    # most dequantized tensors are computed from the int8 ones the probe outputs
+    assert len(_dequantize_tables(qm, [n.output[0] for n in qm.graph.node])) >= 3
+    feeds = Q.open_calibration(fm, calib).take(3)
+    outputs = [o.name for o in qm.graph.output]
+    rows, got = _worst_tensors(fm, qm, feeds, 10_000, outputs=outputs)
+    old = _old_worst_tensors(fm, qm, feeds, tmp_path)
+    assert len(old) >= 3 and {r["tensor"]: r["sqnr_db"] for r in rows} == old  # exactly, every tensor
+    assert [r["sqnr_db"] for r in rows] == sorted(r["sqnr_db"] for r in rows)
+    s_q = session(qm)
+    assert sorted(got) == list(range(len(feeds)))
+    for i, feed in enumerate(feeds):
+        for n, v in zip(outputs, s_q.run(outputs, feed)):
+            assert got[i][n].tobytes() == v.tobytes()
+
+
+def test_a_recorded_reference_gives_the_same_report():
+    fm = _conv_sub_model()
+    calib = Q.CalibrationOptions(seed=2, random_samples=8)
+    res = Q.quantize_float_model(fm, calib=calib, keep_reference=6)
+    feeds = [f for f, _ in res.reference]
+    fresh = Q.accuracy_report(fm, res.model, feeds, calibration=res.calibration)
+    reused = Q.accuracy_report(fm, res.model, feeds, calibration=res.calibration,
+                               reference=[r for _, r in res.reference])
+    assert reused.as_dict() == fresh.as_dict()
+    assert [o["name"] for o in fresh.outputs] == ["y", "s"] and fresh.worst_tensors
+    # no per-tensor view: the quantized model is run on its own, same figures
+    assert (Q.accuracy_report(fm, res.model, feeds, worst=0).outputs == fresh.outputs)
+    with pytest.raises(ValueError):
+        Q.accuracy_report(fm, res.model, feeds, reference=[r for _, r in res.reference][:2])
+
+
+def _spy(monkeypatch):
+    import fixer.api as api
+
+    calls = []
+    real = api.accuracy_report
+
+    def spy(float_model, quant_model, feeds, **kw):
+        calls.append((float_model, quant_model, list(feeds), kw))
+        return real(float_model, quant_model, feeds, **kw)
+
+    monkeypatch.setattr(api, "accuracy_report", spy)
+    return calls
+
+
+@pytest.mark.parametrize("build, reused", [("big_activations_float", True), ("conv_sub", True),
+                                           ("movenet_like_float", False)])
+def test_fix_reports_the_figures_of_a_report_computed_from_scratch(tmp_path, monkeypatch, build, reused):
+    """No float rewrite (big_activations), only the bit-exact NAF006 (conv_sub): the recorded float
+    outputs are the reference; NAF003 (movenet_like, an LSB contract): the original model is run."""
+    path = tmp_path / "m.onnx"
+    if build == "conv_sub":
+        onnx.save(_conv_sub_model(), path)
+    else:
+        shutil.copy(SAMPLES / f"{build}.onnx", path)
+    calls = _spy(monkeypatch)
+    r = fix(path, FixOptions(quantize=True, dry_run=True))
+    q = r.quantization
+    if build == "conv_sub":
+        assert [c["rule"] for c in q["float_rewrites"]["changes"]] == ["NAF006"]
+        assert q["float_rewrites"]["verification"]["contract"] == "exact"
+    (float_model, quant_model, feeds, kw), = calls
+    assert (kw.get("reference") is not None) == reused
+    assert float_model.SerializeToString() == onnx.load(path).SerializeToString()  # the original model
+    want = Q.open_calibration(float_model, Q.CalibrationOptions(seed=0)).take(8)
+    assert len(feeds) == len(want) == 8
+    assert all(np.array_equal(a[k], b[k]) for a, b in zip(feeds, want) for k in b)
+    fresh = Q.accuracy_report(float_model, quant_model, want, calibration=q["calibration"]).as_dict()
+    for key in ("outputs", "worst_tensors", "samples"):
+        assert q[key] == fresh[key], key
+
+
+@pytest.mark.parametrize("dtype, zero, scale", [(np.int8, -3, 0.0173), (np.int8, 127, 3.1e-5), (np.uint8, 128, 0.5),
+                                                (np.uint8, 0, 7.25e3), (np.int8, -128, np.float32(1) / 3)])
+def test_dequantize_tables_are_onnxruntimes_dequantize_bit_for_bit(dtype, zero, scale):
+    from fixer.quantize.accuracy import _dequantize_tables
+
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inits = [numpy_helper.from_array(np.array(scale, np.float32), "s"), numpy_helper.from_array(np.array(zero, dtype), "z")]
+    g = helper.make_graph([helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="dq")], "g",
+                          [helper.make_tensor_value_info("q", elem, [256])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    (src, kind, table), = _dequantize_tables(m, ["y"]).values()
+    assert src == "q" and kind == elem
+    codes = np.arange(256, dtype=np.uint8).view(dtype)
+    want = session(m).run(["y"], {"q": codes})[0]
+    assert np.take(table, codes.view(np.uint8)).tobytes() == want.tobytes()
+    # per-axis scales, float16 scales, a missing zero-point: left to onnxruntime (the tensor is fetched)
+    per_axis = helper.make_graph([helper.make_node("DequantizeLinear", ["q", "s2", "z2"], ["y"], axis=0)], "g",
+                                 list(g.input), list(g.output),
+                                 [numpy_helper.from_array(np.full(2, scale, np.float32), "s2"),
+                                  numpy_helper.from_array(np.full(2, zero, dtype), "z2")])
+    assert _dequantize_tables(helper.make_model(per_axis), ["y"]) == {}
+    no_zero = helper.make_graph([helper.make_node("DequantizeLinear", ["q", "s"], ["y"])], "g", list(g.input),
+                                list(g.output), inits[:1])
+    assert _dequantize_tables(helper.make_model(no_zero), ["y"]) == {}
+    assert _dequantize_tables(m, ["other"]) == {}
