@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import ir
 from .graph import GraphView
 from .model_io import LoadedModel
 from .npu.estimate import estimate_epochs
@@ -17,7 +18,7 @@ from .results import ModelAnalysis
 def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: Path | None = None) -> ModelAnalysis:
     """Place, estimate epochs and memory for an already loaded model."""
     loaded = model_or_loaded if isinstance(model_or_loaded, LoadedModel) else LoadedModel(
-        path=path or Path("<memory>"), model=model_or_loaded, opset=_opset(model_or_loaded))
+        path=path or Path("<memory>"), model=model_or_loaded, opset=ir.model_opset(model_or_loaded))
     view = GraphView(loaded.model)
     placement = place(view, profile)
     estimate = estimate_epochs(view, placement, profile)
@@ -26,13 +27,6 @@ def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: 
     memory = estimate_memory(view, placement, QuantDomain(view, profile, strict=not placement.oe_export), pools)
     findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
     return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)
-
-
-def _opset(model) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
 
 
 def _model_findings(loaded: LoadedModel, profile: TargetProfile, memory: MemoryEstimate) -> list[Reason]:

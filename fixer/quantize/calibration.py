@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from ..errors import InputError, UsageError
-from .modelproto import _NP_OF_ELEM, _constants
+from .modelproto import _NP_OF_ELEM
 
 Progress = Callable[[int, int], None]
 
@@ -197,11 +197,12 @@ def _random_source(model: onnx.ModelProto, specs: list[InputSpec], calib: Calibr
 
 def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
     """The float range a QuantizeLinear right after input ``name`` can represent (None: unknown)."""
-    consts = _constants(model)
-    for node in model.graph.node:
-        if node.op_type == "QuantizeLinear" and node.input[0] == name:
-            s = consts.get(node.input[1])
-            z = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
+    from .. import ir
+    from ..graph import qparams
+
+    for node in ir.import_onnx(model).nodes:
+        if node.op == "QuantizeLinear" and node.inputs[0].name == name:
+            s, z = qparams(node)
             if s is None or z is None or s.size != 1:
                 return None
             info = np.iinfo(z.dtype)

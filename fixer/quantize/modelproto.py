@@ -1,18 +1,18 @@
-"""Helpers on a raw ``onnx.ModelProto`` shared by the quantization modules: constants, attributes,
-opset, unique names, dead-node removal, a small producer/consumer index (:class:`_Graph`) and tensor
-renaming.
+"""What stays at the level of a raw ``onnx.ModelProto`` because onnxruntime's quantizer takes and
+returns one: node names and initializer inputs made ready for it, its metadata keys, the IR version
+clamp, and the renames around the names it generates. Reading or editing a graph's structure goes
+through :mod:`fixer.ir` and :mod:`fixer.graph`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections import defaultdict
 from typing import Mapping
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 log = logging.getLogger(__name__)
 
@@ -36,40 +36,11 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    out = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output:
-            for a in n.attribute:
-                if a.name == "value":
-                    out[n.output[0]] = numpy_helper.to_array(a.t)
-                elif a.name == "value_float":
-                    out[n.output[0]] = np.array(a.f, np.float32)
-                elif a.name == "value_int":
-                    out[n.output[0]] = np.array(a.i, np.int64)
-    return out
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
-
-
 def _attr(node: onnx.NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:
             return helper.get_attribute_value(a)
     return default
-
-
-def _set_attr(node: onnx.NodeProto, name: str, value) -> None:
-    for i, a in enumerate(node.attribute):
-        if a.name == name:
-            del node.attribute[i]
-            break
-    node.attribute.append(helper.make_attribute(name, value))
 
 
 class _ProtoNode:
@@ -140,33 +111,6 @@ def _drop_ort_metadata(model: onnx.ModelProto) -> None:
         model.metadata_props.add(key=k, value=v)
 
 
-def _remove_dead(model: onnx.ModelProto) -> int:
-    """Remove nodes whose outputs nobody reads, then unused initializers; returns nodes removed."""
-    g = model.graph
-    removed = 0
-    while True:
-        used = {i for n in g.node for i in n.input if i} | {o.name for o in g.output}
-        for n in g.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    used |= {i for sn in a.g.node for i in sn.input}
-        dead = [k for k, n in enumerate(g.node) if n.output and not any(o in used for o in n.output if o)]
-        if not dead:
-            break
-        for k in reversed(dead):
-            del g.node[k]
-        removed += len(dead)
-    used = {i for n in g.node for i in n.input if i} | {o.name for o in g.output} | {i.name for i in g.input}
-    keep = [t for t in g.initializer if t.name in used]
-    if len(keep) != len(g.initializer):
-        del g.initializer[:]
-        g.initializer.extend(keep)
-    vi_keep = [v for v in g.value_info if v.name in used or any(v.name in n.output for n in g.node)]
-    del g.value_info[:]
-    g.value_info.extend(vi_keep)
-    return removed
-
-
 def _is_quantized(model: onnx.ModelProto) -> bool:
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") or n.op_type.startswith("QLinear")
                or n.op_type in ("ConvInteger", "MatMulInteger") for n in model.graph.node)
@@ -199,57 +143,6 @@ def _quiet_onnxruntime():
         yield
     finally:
         root.removeFilter(flt)
-
-
-class _Graph:
-    """Producer/consumer/constant lookups over a ModelProto being edited in place."""
-
-    def __init__(self, model: onnx.ModelProto):
-        self.model = model
-        self.g = model.graph
-        self.refresh()
-
-    def refresh(self) -> None:
-        g = self.g
-        self.inits = {t.name: t for t in g.initializer}
-        self.consts = _constants(self.model)
-        self.producer = {o: n for n in g.node for o in n.output if o}
-        self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-        for n in g.node:
-            for i in n.input:
-                if i:
-                    self.consumers[i].append(n)
-        self.inputs = {vi.name for vi in g.input if vi.name not in self.inits}
-        self.outputs = {vi.name for vi in g.output}
-        self.taken = set(self.producer) | set(self.inits) | self.inputs | {n.name for n in g.node}
-
-    def fresh(self, base: str) -> str:
-        k = 0
-        while True:
-            cand = f"{base}__nafix_{k}"
-            if cand not in self.taken:
-                self.taken.add(cand)
-                return cand
-            k += 1
-
-    def add_init(self, base: str, value: np.ndarray) -> str:
-        name = self.fresh(base)
-        t = numpy_helper.from_array(np.asarray(value), name)
-        self.g.initializer.append(t)
-        self.inits[name] = t
-        self.consts[name] = np.asarray(value)
-        return name
-
-    def is_const(self, name: str) -> bool:
-        return name in self.consts
-
-    def qparams(self, node: onnx.NodeProto) -> tuple[np.ndarray | None, np.ndarray | None]:
-        s = self.consts.get(node.input[1]) if len(node.input) > 1 else None
-        if len(node.input) > 2 and node.input[2]:
-            z = self.consts.get(node.input[2])
-        else:
-            z = None if s is None else np.zeros(np.shape(s), np.uint8)
-        return s, z
 
 
 _ORIG_SUFFIX = "__nafix_orig"

@@ -22,8 +22,8 @@ float) and so are the unrolled cells: they reach the NPU once the model is re-qu
 from __future__ import annotations
 
 import numpy as np
-from .. import ir
 
+from .. import ir
 from ..graph import QDQ_OPS, Editor, attr, node_label, read_weight
 from . import Match, NearMiss, RewriteResult, rewriter
 
@@ -35,8 +35,6 @@ def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
 
 
-def _opset(match: Match) -> int:
-    return match.view.opset or 17  # a model importing no default-domain opset: the newest nafix builds for
 
 
 def _input(node: ir.Node, i: int) -> ir.Tensor | None:
@@ -193,7 +191,7 @@ class _Recurrent:
             shape = list(v.shape) if v is not None else (list(info.shape) if info.shape is not None else None)
             if shape is not None and shape != want:
                 raise NearMiss(f"{self.label} has initial state '{t.name}' of shape {shape}, not {want}.")
-        self.ops = _Ops(ed, _opset(match), np.float32)
+        self.ops = _Ops(ed, match.view.opset or 17, np.float32)
 
     def _weight(self, idx: int, what: str) -> np.ndarray:
         t = _input(self.node, idx)

@@ -32,8 +32,8 @@ from fractions import Fraction
 from math import gcd
 
 import numpy as np
-from .. import ir
 
+from .. import ir
 from ..graph import Editor, attr, node_label, qdq_params
 from ..npu.constraints import channel_split_ok
 from . import Match, NearMiss, RewriteResult, rewriter
@@ -133,8 +133,6 @@ def plan_axis(mode: str, n: int, m: int, scale: float, *, max_step: int, axis: s
     raise Inexact(f"uses coordinate_transformation_mode '{mode}'")
 
 
-def _opset(match: Match) -> int:
-    return match.view.opset or 17  # a model importing no default-domain opset: the newest nafix builds for
 
 
 def _resize_geometry(match: Match) -> tuple[list[int], list[int], list[float], str]:
@@ -153,7 +151,7 @@ def _resize_geometry(match: Match) -> tuple[list[int], list[int], list[float], s
     if not all(isinstance(d, int) and d > 0 for d in shape[1:]):
         raise NearMiss(f"'{label}' has input shape {list(shape)}: channels, height and width must be static "
                        f"(pin the input shape) for a fixed kernel.")
-    opset = _opset(match)
+    opset = match.view.opset or 17  # no default-domain import: the newest nafix builds for
     ins = node.inputs
     axes = node.attrs.get("axes")
     axes = [int(a) % rank for a in axes] if axes is not None else list(range(rank))
@@ -226,7 +224,7 @@ def bilinear_resize_to_conv_transpose(match: Match, ed: Editor) -> RewriteResult
     mode = attr(node, "mode", "nearest")
     if mode != "linear":
         raise NearMiss(f"'{label}' uses mode '{mode}'; NAF003 rebuilds bilinear (linear) Resize only.")
-    opset = _opset(match)
+    opset = match.view.opset or 17  # no default-domain import: the newest nafix builds for
     ctm = attr(node, "coordinate_transformation_mode", "asymmetric" if opset < 11 else "half_pixel")
     if ctm not in SUPPORTED_MODES:
         raise NearMiss(f"'{label}' uses coordinate_transformation_mode '{ctm}'; NAF003 rebuilds "
