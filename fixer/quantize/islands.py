@@ -21,6 +21,7 @@ from .modelproto import (
     _clamp_ir,
     _copy,
     _is_quantized,
+    _keep_initializer_order,
     _load_profile,
     _rename_back,
     _rename_collisions,
@@ -142,10 +143,12 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
     from ..engine import export_like
 
     graph = ir.import_onnx(m)
+    original_inits = [t.name for t in m.graph.initializer]
     original_qdq = {n.name: _qdq_signature(n) for n in graph.nodes if n.op in ("QuantizeLinear", "DequantizeLinear")}
     shared = _share_input_params(graph, islands)
     if shared:
         m = export_like(graph, m)
+        _keep_initializer_order(m, original_inits)
         changes.append(f"{len(shared)} data-movement island node(s) ({', '.join(sorted({_op_of(m, n) for n in shared}))}) "
                        "got QuantizeLinear/DequantizeLinear with the parameters of their already quantized input "
                        "(what onnxruntime gives such ops; its quantizer cannot share parameters with a tensor "
@@ -196,7 +199,9 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
     out.producer_name, out.producer_version = producer
     graph = ir.import_onnx(out)
     collapsed = _collapse_requantize_chains(graph)
+    ort_inits = [t.name for t in out.graph.initializer]
     out = export_like(graph.cleanup(), out)
+    _keep_initializer_order(out, ort_inits)
     _rename_back(out, renamed)
     return _island_result(m, out, source.kind, reader.done, islands, original_qdq, changes, warnings, profile,
                           collapsed, model_name=model_name)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -97,6 +97,15 @@ def _drop_unused_initializers(model: onnx.ModelProto) -> None:
     if len(keep) != len(g.initializer):
         del g.initializer[:]
         g.initializer.extend(keep)
+
+
+def _keep_initializer_order(model: onnx.ModelProto, order: Sequence[str]) -> None:
+    """Put ``model``'s initializers in ``order`` (the order of the model it was exported from, then
+    the constants made since), as the protobuf edits nafix used to do left them: an export writes
+    them in first-use order, which changes the file, not the model. Names not in ``order`` go last."""
+    rank = {name: i for i, name in enumerate(order)}
+    last = len(rank)
+    model.graph.initializer.sort(key=lambda t: rank.get(t.name, last))  # stable: new ones keep their order
 
 
 def _clamp_ir(model: onnx.ModelProto) -> None:

@@ -15,7 +15,7 @@ from .. import ir
 from ..errors import UsageError
 from ..graph import Editor, attr, const_value, qparams, unique_node_names
 from .checks import WEIGHT_OPS, _weight_axis
-from .modelproto import _clamp_ir
+from .modelproto import _clamp_ir, _keep_initializer_order
 from .ort import MIN_PER_CHANNEL_OPSET
 
 #: Ops that move int8 values without arithmetic: a uint8 -> int8 shift passes through them exactly.
@@ -41,6 +41,7 @@ class Uint8Conversion:
     weight_errors: dict[str, float] = field(default_factory=dict)
     shifted_tensors: int = 0
     warnings: list[str] = field(default_factory=list)
+    new_constants: list[str] = field(default_factory=list)  # names of the constants made, in order
 
     @property
     def max_weight_error(self) -> float:
@@ -95,6 +96,7 @@ def convert_uint8_to_int8(model: onnx.ModelProto, *, io: str = "keep", requantiz
     if conv.changes:
         graph.cleanup()
     out = export_like(graph, model)
+    _keep_initializer_order(out, [t.name for t in model.graph.initializer] + conv.new_constants)
     if conv.changes:
         _clamp_ir(out)
     conv.model = out
@@ -301,7 +303,7 @@ def convert_uint8_graph(graph: ir.Graph, ed: Editor, types: dict[str, int], *, i
         if u8_weights:
             changes.append(f"{n_u8} uint8 weight tensor(s) shifted to int8 exactly; {len(u8_weights)} weight(s) stay "
                            "asymmetric, which the NPU rejects (re-run with weight re-quantization)")
-    return Uint8Conversion(None, changes, io_changes, weight_errors, len(region), warnings)
+    return Uint8Conversion(None, changes, io_changes, weight_errors, len(region), warnings, gr.created)
 
 
 class _Index:
@@ -311,6 +313,7 @@ class _Index:
         self.graph = graph
         self.ed = ed
         self._values: dict[int, np.ndarray | None] = {}
+        self.created: list[str] = []
 
     def value(self, t: ir.Tensor) -> np.ndarray | None:
         key = id(t)
@@ -322,7 +325,9 @@ class _Index:
         return self.value(t) is not None
 
     def add_init(self, base: str, value: np.ndarray) -> ir.Constant:
-        return ir.Constant(self.ed.name(base), np.asarray(value))
+        c = ir.Constant(self.ed.name(base), np.asarray(value))
+        self.created.append(c.name)
+        return c
 
     def qparams(self, node: ir.Node) -> tuple[np.ndarray | None, np.ndarray | None]:
         return qparams(node, self.value)
