@@ -20,6 +20,7 @@ from .checks import _analysis_copy, check_npu_quantization, float_islands
 from .modelproto import (
     _clamp_ir,
     _copy,
+    _export,
     _is_quantized,
     _keep_initializer_order,
     _load_profile,
@@ -140,14 +141,12 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
     if source.kind == "random":
         warnings.append("calibrated on random data: the new ranges (island tensors without a QuantizeLinear) "
                         "do not reflect real inputs")
-    from ..engine import export_like
-
     graph = ir.import_onnx(m)
     original_inits = [t.name for t in m.graph.initializer]
     original_qdq = {n.name: _qdq_signature(n) for n in graph.nodes if n.op in ("QuantizeLinear", "DequantizeLinear")}
     shared = _share_input_params(graph, islands)
     if shared:
-        m = export_like(graph, m)
+        m = _export(graph, m)
         _keep_initializer_order(m, original_inits)
         changes.append(f"{len(shared)} data-movement island node(s) ({', '.join(sorted({_op_of(m, n) for n in shared}))}) "
                        "got QuantizeLinear/DequantizeLinear with the parameters of their already quantized input "
@@ -200,7 +199,7 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
     graph = ir.import_onnx(out)
     collapsed = _collapse_requantize_chains(graph)
     ort_inits = [t.name for t in out.graph.initializer]
-    out = export_like(graph.cleanup(), out)
+    out = _export(graph.cleanup(), out)
     _keep_initializer_order(out, ort_inits)
     _rename_back(out, renamed)
     return _island_result(m, out, source.kind, reader.done, islands, original_qdq, changes, warnings, profile,

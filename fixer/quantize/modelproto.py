@@ -99,6 +99,28 @@ def _drop_unused_initializers(model: onnx.ModelProto) -> None:
         g.initializer.extend(keep)
 
 
+def _export(graph, template: onnx.ModelProto) -> onnx.ModelProto:
+    """The model of nafix graph ``graph`` (:func:`fixer.ir.export_onnx`) with every model-level field
+    of ``template`` (IR version, opsets, producer, metadata, functions, ...) as ``template`` has it,
+    set or unset alike: the file is the one an in-place edit of ``template`` would have written."""
+    from .. import ir
+
+    out = ir.export_onnx(graph)
+    for fd in out.DESCRIPTOR.fields:
+        if fd.name != "graph":
+            out.ClearField(fd.name)
+    for fd, value in template.ListFields():
+        if fd.name == "graph":
+            continue
+        if getattr(fd, "is_repeated", None) or getattr(fd, "label", None) == 3:  # 3: LABEL_REPEATED
+            getattr(out, fd.name).extend(value)
+        elif fd.type == fd.TYPE_MESSAGE:
+            getattr(out, fd.name).CopyFrom(value)
+        else:
+            setattr(out, fd.name, value)
+    return out
+
+
 def _keep_initializer_order(model: onnx.ModelProto, order: Sequence[str]) -> None:
     """Put ``model``'s initializers in ``order`` (the order of the model it was exported from, then
     the constants made since), as the protobuf edits nafix used to do left them: an export writes

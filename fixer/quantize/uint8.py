@@ -15,7 +15,7 @@ from .. import ir
 from ..errors import UsageError
 from ..graph import Editor, attr, const_value, qparams, unique_node_names
 from .checks import WEIGHT_OPS, _weight_axis
-from .modelproto import _clamp_ir, _keep_initializer_order
+from .modelproto import _clamp_ir, _export, _keep_initializer_order
 from .ort import MIN_PER_CHANNEL_OPSET
 
 #: Ops that move int8 values without arithmetic: a uint8 -> int8 shift passes through them exactly.
@@ -86,8 +86,6 @@ def convert_uint8_to_int8(model: onnx.ModelProto, *, io: str = "keep", requantiz
     """
     if io not in ("keep", "int8"):
         raise UsageError(f"the uint8 interface mode must be keep or int8, not '{io}'.")
-    from ..engine import export_like
-
     graph = ir.import_onnx(model)
     unique_node_names(graph.nodes)
     ed = Editor(graph, rule_id="uint8_to_int8", anchor=None, provenance={})
@@ -95,7 +93,7 @@ def convert_uint8_to_int8(model: onnx.ModelProto, *, io: str = "keep", requantiz
                                model_name=model_name)
     if conv.changes:
         graph.cleanup()
-    out = export_like(graph, model)
+    out = _export(graph, model)
     _keep_initializer_order(out, [t.name for t in model.graph.initializer] + conv.new_constants)
     if conv.changes:
         _clamp_ir(out)
