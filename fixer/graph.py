@@ -80,6 +80,14 @@ def relaxed_gc(func):
     return wrapper
 
 
+def read_graph(model: onnx.ModelProto) -> ir.Graph:
+    """The structure and constants of ``model`` for a one-pass query (who reads what, Q/DQ
+    parameters): imported without the intermediate tensors' types and with the collector paused.
+    Not for export (use :func:`fixer.ir.import_onnx` to edit a graph)."""
+    with gc_paused():
+        return ir.import_onnx(model, value_info=False)
+
+
 def node_label(node: ir.Node) -> str:
     return node.name or f"{node.op} -> {node.outputs[0].name if node.outputs else '?'}"
 

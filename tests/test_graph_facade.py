@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from fixer import ir
 from fixer import quantize as Q
 from fixer.errors import UsageError
-from fixer.graph import Editor, GraphView, attr, qparams, unique_node_names
+from fixer.graph import Editor, GraphView, attr, qparams, read_graph, unique_node_names
 from fixer.quantize.modelproto import _keep_initializer_order, _unique_names
 from fixer.quantize.uint8 import _tensor_types, convert_uint8_graph
 
@@ -104,3 +104,14 @@ def test_no_second_graph_helper(pattern):
     hits = [str(p.relative_to(ROOT)) for p in (ROOT / "fixer").rglob("*.py")
             if re.search(pattern, p.read_text(encoding="utf-8"), re.MULTILINE)]
     assert hits == []
+
+
+def test_read_graph_has_the_structure_without_intermediate_types():
+    m = _u8_model(np.array(100, np.uint8))
+    m.graph.value_info.append(helper.make_tensor_value_info("xq", TensorProto.UINT8, [2, 4]))
+    full, light = ir.import_onnx(m), read_graph(m)
+    assert [(n.op, n.name, [t.name for t in n.inputs]) for n in light.nodes] == [
+        (n.op, n.name, [t.name for t in n.inputs]) for n in full.nodes]
+    assert full.tensors()["xq"].dtype == np.uint8 and light.tensors()["xq"].dtype is None
+    assert light.inputs[0].dtype == np.float32  # graph inputs and outputs keep their types
+    assert int(qparams(light.nodes[0])[1]) == 100

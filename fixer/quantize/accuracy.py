@@ -270,10 +270,10 @@ def _match_by_qdq(quant_model: onnx.ModelProto, q_acts: dict, f_acts: dict) -> d
     """Activation matching for QDQ models that do not follow onnxruntime's tensor naming: for each
     ``t -> QuantizeLinear -> DequantizeLinear -> t'``, pre = ``t``, post = ``t'``, float = ``t`` of
     the float model."""
-    from .. import ir
+    from ..graph import read_graph
 
     out = {}
-    for q in ir.import_onnx(quant_model).nodes:
+    for q in read_graph(quant_model).nodes:
         x = q.inputs[0].name if q.op == "QuantizeLinear" else None
         if x is None or x not in f_acts or x not in q_acts:
             continue

@@ -10,7 +10,7 @@ from onnx import TensorProto
 
 from .. import ir
 from ..analysis import analyze_model
-from ..graph import const_value
+from ..graph import const_value, gc_paused, read_graph
 from .modelproto import (
     _copy,
     _load_profile,
@@ -50,8 +50,13 @@ def check_npu_quantization(model: onnx.ModelProto, *, allow_uint8_io: bool = Fal
     constant with all zero-points 0, per channel (one scale per output channel, ``axis`` set) when
     the weight has more than one channel.
     """
+    with gc_paused():  # the graph's objects are many and short-lived: no collector walks over them
+        return _check_npu_quantization(model, allow_uint8_io)
+
+
+def _check_npu_quantization(model: onnx.ModelProto, allow_uint8_io: bool) -> list[str]:
     g = model.graph
-    graph = ir.import_onnx(model)
+    graph = read_graph(model)
     tensors = graph.tensors()
 
     def consumers(name: str) -> list[ir.Node]:

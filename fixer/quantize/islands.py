@@ -14,7 +14,7 @@ import onnx
 from .. import ir
 from ..analysis import analyze_model
 from ..errors import UsageError
-from ..graph import Editor, qparams
+from ..graph import Editor, gc_paused, qparams, read_graph
 from .calibration import CalibrationOptions, Progress, _reader, open_calibration
 from .checks import _analysis_copy, check_npu_quantization, float_islands
 from .modelproto import (
@@ -141,7 +141,8 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
     if source.kind == "random":
         warnings.append("calibrated on random data: the new ranges (island tensors without a QuantizeLinear) "
                         "do not reflect real inputs")
-    graph = ir.import_onnx(m)
+    with gc_paused():
+        graph = ir.import_onnx(m)
     original_inits = [t.name for t in m.graph.initializer]
     original_qdq = {n.name: _qdq_signature(n) for n in graph.nodes if n.op in ("QuantizeLinear", "DequantizeLinear")}
     shared = _share_input_params(graph, islands)
@@ -163,7 +164,7 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
             touched.update(i for i in n.input if i)
             touched.update(o for o in n.output if o)
     renamed = _rename_collisions(m, touched)
-    graph = ir.import_onnx(m)
+    graph = read_graph(m)
     tensors = graph.tensors()
     overrides: dict[str, list[dict]] = {}
     for t in sorted(touched):
@@ -196,7 +197,8 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
     out = _run_quantize_static(m, reader, op_types=op_types, method=calib.method, nodes_to_quantize=islands_for_ort,
                                overrides=overrides, keep_activations=True, model_name=model_name)
     out.producer_name, out.producer_version = producer
-    graph = ir.import_onnx(out)
+    with gc_paused():
+        graph = ir.import_onnx(out)
     collapsed = _collapse_requantize_chains(graph)
     ort_inits = [t.name for t in out.graph.initializer]
     out = _export(graph.cleanup(), out)
@@ -213,7 +215,7 @@ def _island_result(before: onnx.ModelProto, out: onnx.ModelProto, kind: str, sam
     _check_interface(before, out, model_name)
     island_set = set(islands)
     preserved, changed = 0, []
-    by_name = {n.name: n for n in ir.import_onnx(out).nodes}
+    by_name = {n.name: n for n in read_graph(out).nodes}
     for name, sig in original_qdq.items():
         n = by_name.get(name)
         if n is None:

@@ -13,7 +13,7 @@ from onnx import TensorProto
 
 from .. import ir
 from ..errors import UsageError
-from ..graph import Editor, attr, const_value, qparams, unique_node_names
+from ..graph import Editor, attr, const_value, gc_paused, qparams, unique_node_names
 from .checks import WEIGHT_OPS, _weight_axis
 from .modelproto import _clamp_ir, _export, _keep_initializer_order
 from .ort import MIN_PER_CHANNEL_OPSET
@@ -86,7 +86,8 @@ def convert_uint8_to_int8(model: onnx.ModelProto, *, io: str = "keep", requantiz
     """
     if io not in ("keep", "int8"):
         raise UsageError(f"the uint8 interface mode must be keep or int8, not '{io}'.")
-    graph = ir.import_onnx(model)
+    with gc_paused():
+        graph = ir.import_onnx(model)
     unique_node_names(graph.nodes)
     ed = Editor(graph, rule_id="uint8_to_int8", anchor=None, provenance={})
     conv = convert_uint8_graph(graph, ed, _tensor_types(model), io=io, requantize_weights=requantize_weights,
