@@ -10,21 +10,25 @@ from .graph import GraphView
 from .model_io import LoadedModel
 from .npu.estimate import estimate_epochs
 from .npu.memory import MemoryEstimate, estimate_memory
-from .npu.placement import Reason, place
+from .npu.placement import Reason, place, quant_domain
 from .npu.profile import TargetProfile
 from .results import ModelAnalysis
 
 
-def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: Path | None = None) -> ModelAnalysis:
-    """Place, estimate epochs and memory for an already loaded model."""
+def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: Path | None = None,
+                  placed: tuple | None = None) -> ModelAnalysis:
+    """Place, estimate epochs and memory for an already loaded model (``placed``: its graph view (or
+    None), placement and estimate under ``profile``, already made, e.g. by the engine that produced it)."""
     loaded = model_or_loaded if isinstance(model_or_loaded, LoadedModel) else LoadedModel(
         path=path or Path("<memory>"), model=model_or_loaded, opset=ir.model_opset(model_or_loaded))
-    view = GraphView(loaded.model)
-    placement = place(view, profile)
-    estimate = estimate_epochs(view, placement, profile)
-    from .npu.placement import QuantDomain
-
-    memory = estimate_memory(view, placement, QuantDomain(view, profile, strict=not placement.oe_export), pools)
+    view = placed[0] if placed is not None and placed[0] is not None else GraphView(loaded.model)
+    domain = quant_domain(view, profile)  # one for placement and the memory estimate (it is read-only)
+    if placed is not None:
+        placement, estimate = placed[1:]
+    else:
+        placement = place(view, profile, domain=domain)
+        estimate = estimate_epochs(view, placement, profile)
+    memory = estimate_memory(view, placement, domain, pools)
     findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
     return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)
 

@@ -406,8 +406,15 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
 
         reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round, on_calibration)
         reference = refresh_shapes(reference)  # types and shapes of the tensors quantization added
-    engine = run_engine(reference, rules, profile=profile,
-                        options={"input_type": opts.input_type}, max_rounds=opts.max_rounds, on_round=on_round)
+    # the analysis before placed this very model: the engine starts from its graph view (which it
+    # edits: the analysis keeps its figures, not the view), placement and estimate
+    start = (before.view, before.placement, before.estimate) if reference is loaded.model else None
+    if start is not None:
+        from dataclasses import replace
+
+        before = replace(before, view=None)
+    engine = run_engine(reference, rules, profile=profile, options={"input_type": opts.input_type},
+                        max_rounds=opts.max_rounds, on_round=on_round, start=start)
     rules_by_id = {r.id: r for r in rules}
     verification = None
     after = None
@@ -421,7 +428,7 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     if engine.changes or quant_info is not None:
         fixed_loaded = LoadedModel(path=out, model=engine.model, opset=loaded.opset,
                                    dynamic_dims=loaded.dynamic_dims)
-        after = analyze_model(fixed_loaded, profile=profile, pools=pools)
+        after = analyze_model(fixed_loaded, profile=profile, pools=pools, placed=_engine_placed(engine))
         if after.estimate.hw_ratio < before.estimate.hw_ratio:
             warnings.append(
                 f"the estimated HW ratio went down ({before.estimate.hw_ratio:.1%} -> {after.estimate.hw_ratio:.1%}); "
@@ -465,6 +472,18 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
     if not opts.dry_run:
         _write_fix_reports(result, opts, header_path, report_path)
     return result
+
+
+def _engine_placed(engine) -> tuple | None:
+    """The engine's own graph view (where no rewriter touched it), placement and estimate of the
+    model it returns, where marking the nodes it created cannot have changed them (a created
+    Transpose could lose the TFLite layout mark that placement reads): the analysis after the fix
+    does not import and place the same model again."""
+    if engine.placement is None or engine.estimate is None:
+        return None
+    if any(n.op_type == "Transpose" and n.name in engine.provenance for n in engine.model.graph.node):
+        return None
+    return engine.view, engine.placement, engine.estimate
 
 
 def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, report_path: Path) -> None:

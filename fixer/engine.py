@@ -69,6 +69,12 @@ class EngineResult:
     io_changes: list[IoChange] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
     rounds: int = 0
+    # the placement and (with the guard) the estimate of ``model`` as the engine last placed it, before
+    # :func:`stamp_provenance` marked the nodes it created
+    placement: Any = None
+    estimate: EpochEstimate | None = None
+    # a graph view of ``model`` that no rewriter touched after it was made (else None)
+    view: GraphView | None = None
 
     @property
     def rules_applied(self) -> list[str]:
@@ -132,6 +138,7 @@ class _Attempt:
     near: list[tuple[Rule, ir.Node, str]] = field(default_factory=list)
     io_changes: list[IoChange] = field(default_factory=list)
     provenance: dict[str, str] = field(default_factory=dict)
+    touched: bool = False  # a rewriter ran on the view (and may have edited it, even if it gave up)
 
     @property
     def keys(self) -> list[tuple[str, str]]:
@@ -169,13 +176,17 @@ def run_engine(
     max_rounds: int = 8,
     on_round: Callable[[int, int], None] | None = None,
     guard: bool = True,
+    start: tuple | None = None,
 ) -> EngineResult:
     """Apply ``rules`` to ``model`` until nothing changes; never mutates ``model``.
 
     With ``guard`` (the default) no round is kept that raises the estimated SW epochs or epochs of the
     model: when a round would, the changes responsible are found by bisection (rounds that do not
     get worse cost one estimate), reported as near-misses with the reason, and the round is redone
-    without them. ``guard=False`` is for rewrites that prepare a float model for quantization."""
+    without them. ``guard=False`` is for rewrites that prepare a float model for quantization.
+
+    ``start``: (view, placement, estimate) of ``model`` already made (the analysis before the fix), so
+    the engine does not import and place the same model again; the engine edits that view."""
     current = onnx.ModelProto()
     current.CopyFrom(model)
     result = EngineResult(model=current)
@@ -184,10 +195,15 @@ def run_engine(
     float_model = is_float_model(current)
     banned: set[tuple[str, str]] = set()
     exempt = {r.id for r in rules if guard_exempt(r)}
-    view = GraphView(current)
-    placement = place(view, profile)
-    est = estimate_epochs(view, placement, profile) if guard else None
+    if start is not None:
+        view, placement, est = start[0], start[1], (start[2] if guard else None)
+        view.model = current  # the engine's own copy: nothing it does reaches ``model``
+    else:
+        view = GraphView(current)
+        placement = place(view, profile)
+        est = estimate_epochs(view, placement, profile) if guard else None
     rnd = 0
+    att = None
     while rnd < max_rounds:
         rnd += 1
         att = _round(view, placement, rules, profile, options, banned=banned)
@@ -199,7 +215,13 @@ def run_engine(
             trials: dict[frozenset, EpochEstimate] = {}
             cur_place = placement  # the placement of ``current`` (the round only edited its view)
             while _worse(cest, est) and (judged := [k for k in att.keys if k[0] not in exempt]):
-                bad = _find_bad(judged, current, rules, profile, options, banned, est, cur_place, trials)
+                # a float model whose estimate shows each change's epochs directly: the bisection's
+                # verdicts follow from them, without a trial round per half
+                deltas = _float_deltas(att, est, cest, cur_place, cplace) if float_model else None
+                if deltas is not None:
+                    bad = _find_bad_counted(judged, est, deltas)
+                else:
+                    bad = _find_bad(judged, current, rules, profile, options, banned, est, cur_place, trials)
                 for key in bad:
                     banned.add(key)
                     ch = next(c for c in att.changes if (c.rule, c.node) == key)
@@ -230,6 +252,9 @@ def run_engine(
         result.provenance.update(att.provenance)
         current, view, placement, est = cand, cview, cplace, cest
         result.model = current
+    result.placement, result.estimate = placement, est
+    # the last round ran on ``view`` (or, after the last round of ``max_rounds``, ``view`` is fresh)
+    result.view = view if (att is None or att.view is not view or not att.touched) else None
     result.model = stamp_provenance(result.model, result.provenance)
     # one interface change per edge: a later rewrite of the same edge (NAF012 after NAF004) wins
     last: dict[tuple[str, str], IoChange] = {}
@@ -279,6 +304,74 @@ def _find_bad(keys, current, rules, profile, options, banned, est, placement, tr
     return out if worse_halves else list(keys)
 
 
+def _float_deltas(att: _Attempt, est: EpochEstimate, cest: EpochEstimate, cur_place, cand_place) -> dict | None:
+    """On a float model, the SW epochs each change of ``att`` adds (negative: removes), read off the
+    estimates before (``est``, placement ``cur_place``) and after the whole round (``cest``,
+    ``cand_place``); None unless they show it directly. They do when every epoch of both is the SW
+    epoch of one node (nothing in HW, no hybrid, no epoch the compiler inserts, none shared by two
+    nodes), every node of both models keeps its unit and epoch, every epoch that appeared is of a
+    node one change created, every epoch that went is of a node one change rewrote, and the
+    counts add up to the round's. Then a trial of any subset of the changes costs the epochs
+    before plus the subset's: one SW epoch per SW node, nothing shared between changes."""
+    from .npu.placement import SW
+
+    for e in (est, cest):
+        if e.hybrid_epochs or e.epochs != e.sw_epochs:
+            return None
+        if any(g.inserted or len(g.nodes) != 1 or g.unit != SW for g in e.groups):
+            return None
+    cur = {p.name: p.unit for p in cur_place.nodes}
+    cand = {p.name: p.unit for p in cand_place.nodes}
+    g_cur = [g.nodes[0] for g in est.groups]
+    g_cand = [g.nodes[0] for g in cest.groups]
+    if len(set(g_cur)) != len(g_cur) or len(set(g_cand)) != len(g_cand):
+        return None
+    in_cur, in_cand = set(g_cur), set(g_cand)
+    if any(cur[n] != cand[n] or (n in in_cur) != (n in in_cand) for n in cur.keys() & cand.keys()):
+        return None
+    owner: dict[str, tuple[str, str]] = {}
+    for c in att.changes:
+        for n in c.new_nodes:
+            owner[n] = (c.rule, c.node)
+    anchor = {c.node: (c.rule, c.node) for c in att.changes}
+    delta = {(c.rule, c.node): 0 for c in att.changes}
+    for n in in_cand - cur.keys():
+        if n not in owner:
+            return None
+        delta[owner[n]] += 1
+    for n in in_cur - cand.keys():
+        if n not in anchor:
+            return None
+        delta[anchor[n]] -= 1
+    if sum(delta.values()) != cest.sw_epochs - est.sw_epochs:
+        return None
+    return delta
+
+
+def _find_bad_counted(keys, est: EpochEstimate, deltas: Mapping[tuple[str, str], int]) -> list[tuple[str, str]]:
+    """:func:`_find_bad` where each change's SW epochs are known (:func:`_float_deltas`): the same
+    halves, the same verdicts, a sum instead of a trial round."""
+    if len(keys) == 1:
+        return list(keys)
+    mid = len(keys) // 2
+    out: list[tuple[str, str]] = []
+    worse_halves = 0
+    for half in (keys[:mid], keys[mid:]):
+        d = sum(deltas[k] for k in half)
+        if _worse(_Counted(est.sw_epochs + d, est.epochs + d), est):
+            worse_halves += 1
+            out += _find_bad_counted(half, est, deltas)
+    return out if worse_halves else list(keys)
+
+
+@dataclass(frozen=True)
+class _Counted:
+    """An estimate known by its two counts (what :func:`_worse` compares)."""
+
+    sw_epochs: int
+    epochs: int
+
+
 def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetProfile, options: Mapping[str, Any],
            *, banned: set[tuple[str, str]], only: set[tuple[str, str]] | None = None) -> _Attempt:
     """One pass of every rule over ``view`` (whose graph it edits in place)."""
@@ -315,6 +408,7 @@ def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetPro
                     continue
                 p = view.producer(t)
                 region_in.append(p.inputs[0].name if p is not None and p.op == "DequantizeLinear" else t.name)
+            att.touched = True
             ed = Editor(view.graph, rule_id=rule.id, anchor=node, provenance=att.provenance,
                         taken=view.names_taken)  # one name set per view, not one graph walk per change
             neighbourhood = _neighbourhood(node)  # before the rewriter disconnects the anchor

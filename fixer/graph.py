@@ -219,8 +219,8 @@ class GraphView:
     def is_const(self, t: ir.Tensor) -> bool:
         if isinstance(t, ir.Constant):
             return True
-        p = self.producer(t)
-        return p is not None and p.name in self.folded
+        producers = t.inputs  # (the producer, inline: this runs for every tensor of every node)
+        return bool(producers) and producers[0].name in self.folded
 
     def is_const_like(self, t: ir.Tensor) -> bool:
         """A constant, or a constant seen through QuantizeLinear/DequantizeLinear (a quantized weight)."""
@@ -252,7 +252,13 @@ class GraphView:
         return TensorInfo(t.name, shape, dtype)
 
     @staticmethod
-    def activation_inputs(node: ir.Node, view: GraphView) -> list[ir.Tensor]:
+    def is_static(t: ir.Tensor) -> bool:
+        """``info(t).static`` without building the TensorInfo: a known shape of non-negative integers."""
+        shape = t.shape
+        return shape is not None and all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape)
+
+    @staticmethod
+    def activation_inputs(node: ir.Node, view: "GraphView") -> list[ir.Tensor]:
         return [t for t in node.inputs if not _empty(t) and not view.is_const(t)]
 
     # -- walking through data movement -----------------------------------------------------

@@ -11,6 +11,7 @@ external data above the 2 GB protobuf limit, and clamps the IR version to what o
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 from collections import deque
@@ -104,12 +105,14 @@ def load_model(
     if not data:
         raise InputError(f"{p}: the file is empty, not an ONNX model.")
     imported = None
+    text_ok = False  # every text field is UTF-8 (else, or when unknown, _check_strings walks them)
     if is_tflite(data):  # by content: the TFLite flatbuffer identifier, whatever the file is called
         from .importers.tflite import import_tflite
 
         imported = import_tflite(data, p)
         model = imported.model
     else:
+        text_ok = text_fields_are_utf8(data)  # (before the parse: its throwaway copy and the model never coexist)
         model = onnx.ModelProto()
         try:
             model.ParseFromString(data)
@@ -117,31 +120,172 @@ def load_model(
             raise InputError(f"{p}: not an ONNX model, or truncated/corrupt (protobuf parse failed: {exc}).") from None
         if not model.HasField("graph") or (model.ir_version <= 0 and not model.opset_import):
             raise InputError(f"{p}: not an ONNX model (no graph or IR version in the protobuf).")
-        _load_external_data(model, p)
+    scan = _NodeScan(model.graph, model.functions)
+    if imported is None:
+        _load_external_data(model, p, scan)
     opset = _check_opsets(model, p, max_opset)
-    _check_acyclic(model.graph, p)
-    _check_references(model.graph, p)
-    _check_text_attributes(model.graph, p)
-    _check_strings(model, p)
+    _check_acyclic(model.graph, p, scan)
+    _check_references(model.graph, p, scan)
+    _check_text_attributes(model.graph, p, scan)
+    if not text_ok:  # the fast bytes-level check found a bad text field (or could not run): say which one
+        _check_strings(model, p)
 
     dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
     warnings: list[str] = []
-    renamed = make_node_names_unique(model)
+    renamed = make_node_names_unique(model, scan.nodes)
     if renamed:
         warnings.append(f"{renamed} node(s) shared their name with another node (onnxruntime refuses that); "
                         "renamed NAME_1, NAME_2, ...")
+    # The checker reads serialized bytes: when loading changed nothing (no external data loaded, no
+    # input dimension pinned, no node renamed) the file's own bytes are the model, and serializing
+    # the parsed model again (its weights included) would only copy them.
+    unchanged = (imported is None and not scan.external and not renamed and not input_shapes
+                 and all(d.pinned_to is None for d in dyn))
     try:
-        onnx.checker.check_model(model)
+        onnx.checker.check_model(data if unchanged else model)
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
         warnings.append(f"onnx checker: {first}")
     except Exception as exc:  # noqa: BLE001 - the checker raises many kinds; none is fatal for analysis
         warnings.append(f"onnx checker could not run: {exc}")
+    del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
     model = _infer_shapes(model, p, warnings)
     if not any(d.pinned_to is None for d in dyn):
         _fill_shapes_by_running(model, warnings)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
                        imported=imported)
+
+
+_STRING, _STRINGS = onnx.AttributeProto.STRING, onnx.AttributeProto.STRINGS
+_GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
+_EXTERNAL = onnx.TensorProto.EXTERNAL
+
+
+class _NodeScan:
+    """One walk over the nodes of a graph and its subgraphs gathering what the load checks read, so
+    each check does not walk (and wrap) the protobuf nodes again.
+
+    ``nodes``: every node, depth first in :func:`_all_nodes`' order; ``inputs``/``outputs``: the
+    top-level nodes' tensor names; ``bad_text``: the first (node, attribute) whose STRING(S) value is
+    not UTF-8, in :func:`_check_text_attributes`' order; ``external``: some tensor (initializers of
+    the graph and subgraphs, attribute tensors of graph, subgraphs and functions: the tensors
+    ``onnx.external_data_helper`` loads) keeps its data in an external file.
+    """
+
+    __slots__ = ("nodes", "inputs", "outputs", "bad_text", "external")
+
+    def __init__(self, graph: onnx.GraphProto, functions=()):
+        top = list(graph.node)
+        self.inputs = [n.input[:] for n in top]  # (a slice copies in C: twice as fast as list())
+        self.outputs = [n.output[:] for n in top]
+        self.nodes: list = []
+        self.bad_text = None
+        self.external = any(t.data_location == _EXTERNAL for t in graph.initializer)
+        self._walk(top)
+        for fn in functions:  # functions are no graph nodes: only their attribute tensors count
+            for node in fn.node:
+                for attr in node.attribute:
+                    self._tensors(attr)
+
+    def _tensors(self, attr) -> None:
+        # whatever the attribute's declared type: onnx's loader visits ``t`` and ``tensors`` of all
+        if not self.external and ((attr.HasField("t") and attr.t.data_location == _EXTERNAL)
+                                  or any(t.data_location == _EXTERNAL for t in attr.tensors)):
+            self.external = True
+
+    def _walk(self, nodes) -> None:
+        append = self.nodes.append
+        for node in nodes:
+            append(node)
+            subgraphs = None
+            for attr in node.attribute:
+                kind = attr.type
+                if kind == _STRING or kind == _STRINGS:
+                    if self.bad_text is None:
+                        for v in ((attr.s,) if kind == _STRING else attr.strings):
+                            try:
+                                v.decode("utf-8")
+                            except UnicodeDecodeError:
+                                self.bad_text = (node, attr)
+                                break
+                elif kind == _GRAPH or kind == _GRAPHS:
+                    subgraphs = subgraphs or []
+                    subgraphs.extend((attr.g,) if kind == _GRAPH else attr.graphs)
+                if not self.external and (attr.HasField("t") or attr.tensors):
+                    self._tensors(attr)
+            for g in subgraphs or ():  # after the node's own attributes, as _all_nodes yields them
+                if not self.external and any(t.data_location == _EXTERNAL for t in g.initializer):
+                    self.external = True
+                self._walk(g.node)
+
+
+_UTF8_MIRROR: list = []
+
+
+def _utf8_mirror():
+    """A message class parsing ``onnx.ModelProto`` bytes with UTF-8 validation of every string field,
+    or None where this protobuf runtime does not validate.
+
+    ONNX's schema is proto2, whose parser hands invalid UTF-8 back as ``bytes``; the same schema
+    declared proto3 (a private copy in its own descriptor pool) makes the protobuf runtime validate
+    every string field while it parses, at C speed. A self-test on a crafted message decides whether
+    it does here; if not, :func:`_check_strings` does all the work.
+    """
+    if _UTF8_MIRROR:
+        return _UTF8_MIRROR[0]
+    cls = None
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+        from google.protobuf.message import DecodeError
+        fdp = descriptor_pb2.FileDescriptorProto()
+        onnx.ModelProto.DESCRIPTOR.file.CopyToProto(fdp)
+        old = "." + fdp.package + "."
+        fdp.package = "nafix_utf8." + fdp.package
+        fdp.name = "nafix_utf8/" + fdp.name
+        fdp.syntax = "proto3"
+
+        def to_proto3(messages):
+            for m in messages:
+                for f in m.field:
+                    f.ClearField("default_value")
+                    if f.label == f.LABEL_REQUIRED:
+                        f.label = f.LABEL_OPTIONAL
+                    if f.type_name.startswith(old):
+                        f.type_name = ".nafix_utf8" + f.type_name
+                to_proto3(m.nested_type)
+
+        to_proto3(fdp.message_type)
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(fdp)
+        mirror = message_factory.GetMessageClass(pool.FindMessageTypeByName(fdp.package + ".ModelProto"))
+        probe = onnx.helper.make_model(onnx.helper.make_graph(
+            [onnx.helper.make_node("Relu", ["x"], ["y"], name="NAFIXPROBE")], "g", [], []))
+        good = probe.SerializeToString()
+        mirror.FromString(good)
+        try:
+            mirror.FromString(good.replace(b"NAFIXPROBE", b"\xff\xfeFIXPROBE"))
+        except DecodeError:
+            cls = mirror  # rejects bad UTF-8 and accepts good text: usable
+    except Exception:  # noqa: BLE001 - any trouble building it: the generic walk alone
+        log.debug("no UTF-8 validating ONNX mirror; text fields are checked field by field", exc_info=True)
+        cls = None
+    _UTF8_MIRROR.append(cls)
+    return cls
+
+
+def text_fields_are_utf8(data: bytes) -> bool:
+    """True when every string field of the serialized ONNX model ``data`` (names, op types, doc
+    strings, metadata, ... of every message, nested graphs and functions included) is UTF-8 text;
+    False when one is not, or when this cannot be decided here (then :func:`_check_strings` walks the
+    parsed model and names the field)."""
+    mirror = _utf8_mirror()
+    if mirror is None:
+        return False
+    try:
+        mirror.FromString(data)
+    except Exception:  # noqa: BLE001 - bad UTF-8 (DecodeError) or anything else: the parse of the model decides
+        return False
+    return True
 
 
 def _all_nodes(graph: onnx.GraphProto):
@@ -156,10 +300,14 @@ def _all_nodes(graph: onnx.GraphProto):
                     yield from _all_nodes(g)
 
 
-def make_node_names_unique(model: onnx.ModelProto) -> int:
+def make_node_names_unique(model: onnx.ModelProto, nodes: list | None = None) -> int:
     """Rename nodes whose (non-empty) name another node already has, subgraphs included; return how
-    many were renamed. Names do not change what a model computes, but onnxruntime rejects duplicates."""
-    nodes = list(_all_nodes(model.graph))
+    many were renamed. Names do not change what a model computes, but onnxruntime rejects duplicates.
+    ``nodes``: the model's nodes in :func:`_all_nodes`' order when the caller has them already."""
+    nodes = list(_all_nodes(model.graph)) if nodes is None else nodes
+    named = [n.name for n in nodes if n.name]
+    if len(set(named)) == len(named):
+        return 0  # no two nodes share a non-empty name: nothing to rename
     taken = {n.name for n in nodes if n.name}
     seen: set[str] = set()
     renamed = 0
@@ -224,7 +372,9 @@ def read_model_bytes(p: Path) -> bytes:
         raise InputError(f"{p}: the file ({st.st_size} bytes) does not fit in memory.") from None
 
 
-def _load_external_data(model: onnx.ModelProto, path: Path) -> None:
+def _load_external_data(model: onnx.ModelProto, path: Path, scan: _NodeScan | None = None) -> None:
+    if scan is not None and not scan.external:
+        return  # no tensor keeps its data outside the file: nothing to check or load
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     base = path.parent.resolve()
@@ -292,16 +442,18 @@ def _check_opsets(model: onnx.ModelProto, path: Path, max_opset: int | None) -> 
     return opset
 
 
-def _check_acyclic(graph: onnx.GraphProto, path: Path) -> None:
+def _check_acyclic(graph: onnx.GraphProto, path: Path, scan: _NodeScan | None = None) -> None:
+    scan = scan or _NodeScan(graph)
     producers: dict[str, int] = {}
-    for i, node in enumerate(graph.node):
-        for out in node.output:
+    for i, outs in enumerate(scan.outputs):
+        for out in outs:
             if out:
                 producers[out] = i
-    indeg = [0] * len(graph.node)
-    users: list[list[int]] = [[] for _ in graph.node]
-    for i, node in enumerate(graph.node):
-        deps = {producers[t] for t in node.input if t in producers}
+    n_nodes = len(scan.outputs)
+    indeg = [0] * n_nodes
+    users: list[list[int]] = [[] for _ in range(n_nodes)]
+    for i, ins in enumerate(scan.inputs):
+        deps = {producers[t] for t in ins if t in producers}
         indeg[i] = len(deps)
         for d in deps:
             users[d].append(i)
@@ -314,24 +466,19 @@ def _check_acyclic(graph: onnx.GraphProto, path: Path) -> None:
             indeg[u] -= 1
             if indeg[u] == 0:
                 queue.append(u)
-    if seen != len(graph.node):
+    if seen != n_nodes:
         stuck = [graph.node[i] for i, d in enumerate(indeg) if d > 0]
         names = ", ".join(f"'{n.name or n.op_type}'" for n in stuck[:3])
         raise InputError(f"{path}: the graph has a cycle through {len(stuck)} node(s), e.g. {names}.")
 
 
-def _check_text_attributes(graph: onnx.GraphProto, path: Path) -> None:
+def _check_text_attributes(graph: onnx.GraphProto, path: Path, scan: _NodeScan | None = None) -> None:
     """String attributes (modes, names) are text: bytes that are not UTF-8 mean a corrupt file."""
-    for node in _all_nodes(graph):
-        for attr in node.attribute:
-            values = [attr.s] if attr.type == onnx.AttributeProto.STRING else (
-                list(attr.strings) if attr.type == onnx.AttributeProto.STRINGS else [])
-            for v in values:
-                try:
-                    v.decode("utf-8")
-                except UnicodeDecodeError:
-                    raise InputError(f"{path}: node '{node.name or node.op_type}' attribute '{attr.name}' holds "
-                                     "bytes that are not UTF-8 text; the file is corrupt.") from None
+    scan = scan or _NodeScan(graph)
+    if scan.bad_text is not None:
+        node, attr = scan.bad_text
+        raise InputError(f"{path}: node '{node.name or node.op_type}' attribute '{attr.name}' holds "
+                         "bytes that are not UTF-8 text; the file is corrupt.")
 
 
 def _check_strings(msg, path: Path, where: str = "model") -> None:
@@ -357,12 +504,14 @@ def _check_strings(msg, path: Path, where: str = "model") -> None:
                 _check_strings(item, path, f"{where}.{fd.name}" + (f"[{k}]" if repeated else ""))
 
 
-def _check_references(graph: onnx.GraphProto, path: Path) -> None:
+def _check_references(graph: onnx.GraphProto, path: Path, scan: _NodeScan | None = None) -> None:
+    scan = scan or _NodeScan(graph)
     known = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    known |= {o for n in graph.node for o in n.output}
-    for node in graph.node:
-        for t in node.input:
+    known.update(o for outs in scan.outputs for o in outs)
+    for k, ins in enumerate(scan.inputs):
+        for t in ins:
             if t and t not in known:
+                node = graph.node[k]
                 raise InputError(
                     f"{path}: node '{node.name or node.op_type}' reads tensor '{t}', which no node, "
                     "initializer or graph input provides."
@@ -445,20 +594,18 @@ def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _unknown_shape_tensors(model: onnx.ModelProto) -> list[str]:
-    known = {}
-    for vi in list(model.graph.value_info) + list(model.graph.output) + list(model.graph.input):
+    """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs."""
+    g = model.graph
+    known = {t.name for t in g.initializer}
+    for vi in itertools.chain(g.value_info, g.output, g.input):
         tt = vi.type.tensor_type
-        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
-            known[vi.name] = True
-    known.update({t.name: True for t in model.graph.initializer})
-    missing = []
-    for node in model.graph.node:
-        if node.op_type == "Constant":
-            continue
-        for o in node.output:
-            if o and o not in known:
-                missing.append(o)
-    return missing
+        if tt.HasField("shape"):
+            for d in tt.shape.dim:
+                if not d.HasField("dim_value"):
+                    break
+            else:
+                known.add(vi.name)
+    return [o for node in g.node if node.op_type != "Constant" for o in node.output if o and o not in known]
 
 
 def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str]) -> None:
@@ -481,6 +628,9 @@ def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str]) -> None
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         opts.log_severity_level = 3
+        # one thread: the probe only reads shapes and element types, and a thread pool (spinning while
+        # the run lasts) cost more to start than it saved: 5 probed shared models 0.15 -> 0.07 s
+        opts.intra_op_num_threads = 1
         sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
         rng = np.random.default_rng(0)
         feeds = {}

@@ -262,6 +262,8 @@ def quantization_renderables(q: dict, result):
         out.append(Text(f"  float rewrites before quantization ({len(pre.changes)}):"))
         for c in pre.changes:
             out.append(Text(f"    {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
+    if q.get("accuracy_samples") and q.get("outputs"):
+        out.append(Text(f"  accuracy on the first {q['accuracy_samples']} sample(s):"))
     for o in q.get("outputs", []):
         out.append(Text(f"  {o['name']}: cosine {o['cosine']:.5f}, SNR {o['snr_db']:.1f} dB, max abs error "
                         f"{o['max_abs_error']:.3g} (quantized vs original)"))

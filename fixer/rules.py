@@ -211,6 +211,18 @@ def _iter_rule_files(folder) -> list:
     return sorted(files, key=lambda e: e.name)
 
 
+#: Rules parsed in this process, by (label, built-in, file bytes): a library caller fixing a folder
+#: of models parses each rule file once (a Rule is frozen); a file whose text changed is parsed again.
+_PARSED: dict[tuple, "Rule"] = {}
+
+
+def _read_rule_bytes(f, label: str) -> bytes:
+    try:
+        return f.read_bytes()
+    except OSError as exc:
+        raise RuleError(f"{label}: cannot be read ({exc.strerror or exc}).") from None
+
+
 def load_rules(extra_dirs: Sequence[str | Path] = ()) -> list[Rule]:
     """Load the built-in rules plus the rules in ``extra_dirs`` (``--rules DIR``), sorted by id."""
     rules: list[Rule] = []
@@ -218,11 +230,18 @@ def load_rules(extra_dirs: Sequence[str | Path] = ()) -> list[Rule]:
     for folder, builtin in sources:
         for f in _iter_rule_files(folder):
             label = str(f) if not builtin else f"rules/{f.name}"
+            raw = _read_rule_bytes(f, label)
+            key = (label, builtin, raw)
+            if key in _PARSED:  # the same file text parsed before in this process (a fix per model)
+                rules.append(_PARSED[key])
+                continue
             data = read_yaml(f if isinstance(f, Path) else f.read_text(encoding="utf-8"), label, RuleError)
             try:
-                rules.append(parse_rule(data, label, builtin=builtin))
+                rule = parse_rule(data, label, builtin=builtin)
             except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
                 raise RuleError(f"{label}: a field has the wrong type or shape ({type(exc).__name__}: {exc}).") from None
+            _PARSED[key] = rule
+            rules.append(rule)
     seen: dict[str, str] = {}
     for r in rules:
         if r.id in seen:

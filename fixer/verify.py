@@ -303,14 +303,18 @@ def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale
         return OutputCheck("", False, float("inf"), 0.0, float("-inf"), 0.0, None,
                            f"shape {list(b64.shape)} differs from the original {list(a64.shape)}")
     # the same infinity, or NaN in both, is no difference; the figures below use the finite values
-    same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
-    with np.errstate(invalid="ignore", over="ignore"):
-        diff = np.where(same, 0.0, np.abs(a64 - b64))
-    max_abs = float(diff.max()) if diff.size else 0.0
     finite = np.isfinite(a64) & np.isfinite(b64)
-    a64, b64 = np.where(finite, a64, 0.0), np.where(finite, b64, 0.0)
-    na, nb = np.linalg.norm(a64), np.linalg.norm(b64)
-    cosine = float(np.dot(a64.ravel(), b64.ravel()) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    if finite.all():
+        # all finite (the usual case): |a - b| is already 0 exactly where a == b, and no value is masked
+        diff = np.abs(a64 - b64)
+    else:
+        same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(same, 0.0, np.abs(a64 - b64))
+        a64, b64 = np.where(finite, a64, 0.0), np.where(finite, b64, 0.0)
+    max_abs = float(diff.max()) if diff.size else 0.0
+    na, nb = _norm(a64), _norm(b64)
+    cosine = float(_dot(a64, b64) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
     with np.errstate(invalid="ignore", over="ignore"):
         noise = float(np.sum(diff ** 2))
     snr = float("inf") if noise == 0 else float(10 * np.log10(max(np.sum(a64 ** 2), 1e-30) / noise))
@@ -339,6 +343,20 @@ def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale
         ok = _ranking_preserved(a64, b64)
         detail = "argmax and ranking preserved" if ok else "argmax or ranking changed"
     return OutputCheck("", ok, max_abs, cosine, snr, exact, one_lsb, detail)
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """The dot product of two float64 arrays (any shape, same size) by numpy's pairwise summation:
+    the same on every machine, and no BLAS call. A multi-threaded BLAS dot sums in per-thread chunks
+    (its last digits depend on the thread count) and, on a busy machine, waits for its worker threads
+    to wake between onnxruntime runs: up to 50 ms for 30,000 values, the gate's largest cost on
+    small models."""
+    return float(np.add.reduce(np.multiply(a.ravel(), b.ravel())))
+
+
+def _norm(a: np.ndarray) -> float:
+    """The Euclidean norm, summed as :func:`_dot` sums."""
+    return float(np.sqrt(_dot(a, a)))
 
 
 def _ranking_preserved(a: np.ndarray, b: np.ndarray) -> bool:
@@ -386,6 +404,13 @@ def verify(
     extra = sorted({b.tensor for b in boundaries})
     known = _tensor_names(original) | {i.name for i in original.graph.input}
     capture = sorted({t for b in boundaries if b.inputs for t in b.inputs if t in known} - set(extra) - orig_names)
+    # a noise floor may be measured (an LSB-tolerant rewrite under an LSB contract): the original's
+    # run also keeps the tensors the part of the model below the rewritten nodes reads, so the noisy
+    # runs evaluate that part alone (the layers above them compute the same values on every draw)
+    noisy = sorted({b.tensor for b in boundaries if b.contract.contract == "lsb" and b.contract.lsb > 0})
+    cut = _downstream(original, noisy) if noisy and contract.contract == "lsb" else None
+    if cut is not None:
+        capture = sorted(set(capture) | (set(cut.inputs) - set(extra) - orig_names - {i.name for i in original.graph.input}))
     try:
         s_orig = session(_with_outputs(original, extra + capture))
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
@@ -474,7 +499,8 @@ def verify(
             try:
                 floor = noise_floor(original, {t: r for t, r in rates.items() if r > 0}, feeds,
                                     {n: [r for r, _ in acc[n]] for _, n, _ in pending},
-                                    {t: captured[0][t] for t in rates}, seed=seed)
+                                    {t: captured[0][t] for t in rates}, seed=seed,
+                                    below=(cut, captured) if cut is not None else None)
             except Exception:  # noqa: BLE001 - e.g. a model onnxruntime cannot run with the injection
                 floor = None
         for i, n, scale in pending:
@@ -561,8 +587,8 @@ def _argmax_rows(x: np.ndarray) -> np.ndarray | None:
 def output_deviation(ref: Sequence[np.ndarray], got: Sequence[np.ndarray], scale: float | None) -> Deviation:
     a = np.concatenate([np.asarray(r, np.float64).reshape(-1) for r in ref])
     b = np.concatenate([np.asarray(g, np.float64).reshape(-1) for g in got])
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    cos = float(np.dot(a, b) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    na, nb = _norm(a), _norm(b)
+    cos = float(_dot(a, b) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
     diff = float(np.abs(a - b).max()) if a.size else 0.0
     changed = None
     rows = [(_argmax_rows(np.asarray(r)), _argmax_rows(np.asarray(g))) for r, g in zip(ref, got)]
@@ -603,15 +629,104 @@ def judge_against_floor(dev: Deviation, floor: NoiseFloor) -> tuple[bool, str]:
 
 def noise_floor(original: onnx.ModelProto, rates: Mapping[str, float], feeds: Sequence[Mapping[str, np.ndarray]],
                 refs: Mapping[str, list[np.ndarray]], examples: Mapping[str, np.ndarray], *, seed: int = 0,
-                draws: int = NOISE_DRAWS) -> dict[str, NoiseFloor]:
+                draws: int = NOISE_DRAWS, below: tuple | None = None) -> dict[str, NoiseFloor]:
     """Run the ORIGINAL model with random +-1 LSB noise added to each tensor of ``rates`` (integer
     tensors right after rewritten nodes) at that rate, ``draws`` times over ``feeds``, and measure how
-    far the outputs ``refs`` move: the deviation rounding differences alone cause. One session."""
-    model, noise_inputs = _with_noise(original, {t: np.asarray(examples[t]).dtype for t in rates})
-    sess = session(model)
-    shapes = {t: list(np.asarray(examples[t]).shape) for t in rates}
+    far the outputs ``refs`` move: the deviation rounding differences alone cause. One session.
+
+    ``below``: (the :class:`Downstream` part of the original below a set of tensors that holds every
+    tensor of ``rates``, the original's values per feed of every tensor that part reads). The noise
+    changes nothing above the noisy tensors, so only that part runs on each draw, fed the original's
+    values (the same values the whole model computes there: the floor is the same)."""
     names = list(refs)
+    per_draw = None
+    if below is not None:
+        part, values = below
+        inside = [n for n in names if n in part.produced]
+        if (set(rates) <= set(part.tensors) and len(values) == len(feeds)
+                and all(t in v for v in values for t in part.inputs)):
+            try:
+                per_draw = _noisy_draws(part.typed([values[0][t] for t in part.inputs], inside), rates,
+                                        [{t: v[t] for t in part.inputs} for v in values], inside, examples, seed, draws)
+            except Exception:  # noqa: BLE001 - the part does not run on its own: the whole model runs
+                per_draw = None
+            if per_draw is not None:
+                # an output no noisy tensor reaches: the original's own values, which every draw computes
+                for outs in per_draw:
+                    outs.update({n: list(refs[n]) for n in names if n not in inside})
+    if per_draw is None:
+        per_draw = _noisy_draws(original, rates, feeds, names, examples, seed, draws)
     scales = _output_scales(original)
+    out = {}
+    for n in names:
+        devs = tuple(output_deviation(refs[n], d[n], scales.get(n)) for d in per_draw)
+        out[n] = NoiseFloor(devs, dict(rates))
+    return out
+
+
+@dataclass(frozen=True)
+class Downstream:
+    """The part of a model below some of its tensors: every node that reads them, directly or not,
+    as a model of its own whose graph inputs are the tensors that part reads from above (``inputs``)."""
+
+    model: onnx.ModelProto
+    tensors: tuple[str, ...]  # the tensors it is below
+    inputs: tuple[str, ...]  # what it reads from the rest of the model (graph inputs included)
+    produced: frozenset[str]  # the tensors it computes
+
+    def typed(self, examples: Sequence[np.ndarray], outputs: Sequence[str]) -> onnx.ModelProto:
+        """The part with its graph inputs declared, typed like ``examples`` (one value per input), and
+        ``outputs`` as its graph outputs."""
+        from onnx import helper
+
+        m = onnx.ModelProto()
+        m.CopyFrom(self.model)
+        m.graph.output.extend(onnx.ValueInfoProto(name=n) for n in outputs)
+        m.graph.input.extend(helper.make_tensor_value_info(t, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype), None)
+                             for t, v in zip(self.inputs, examples))
+        if m.ir_version < 4:  # before IR 4 every initializer is also a graph input
+            m.graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                                 for t in m.graph.initializer)
+        return m
+
+
+def _downstream(model: onnx.ModelProto, tensors: Sequence[str]) -> Downstream | None:
+    """The :class:`Downstream` part of ``model`` below ``tensors`` (None where a node there holds a
+    subgraph, which may read outer tensors by name: the whole model runs instead)."""
+    reached = set(tensors)
+    part = []
+    for node in model.graph.node:  # topologically sorted (ONNX requires it)
+        if any(i in reached for i in node.input if i):
+            if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in node.attribute):
+                return None
+            part.append(node)
+            reached.update(o for o in node.output if o)
+    if not part:
+        return None
+    produced = {o for n in part for o in n.output if o}
+    inits = {t.name: t for t in model.graph.initializer}
+    read = []
+    for n in part:
+        for i in n.input:
+            if i and i not in produced and i not in read:
+                read.append(i)
+    inputs = tuple(i for i in read if i not in inits)
+    m = onnx.ModelProto()
+    m.ir_version = model.ir_version
+    m.opset_import.extend(model.opset_import)
+    m.functions.extend(model.functions)
+    m.graph.name = model.graph.name
+    m.graph.node.extend(part)
+    m.graph.initializer.extend(inits[i] for i in read if i in inits)
+    return Downstream(m, tuple(tensors), inputs, frozenset(produced))
+
+
+def _noisy_draws(model: onnx.ModelProto, rates: Mapping[str, float], feeds: Sequence[Mapping[str, np.ndarray]],
+                 names: Sequence[str], examples: Mapping[str, np.ndarray], seed: int, draws: int) -> list[dict]:
+    """``names`` of ``model`` with the noise of :func:`noise_floor` injected, per draw and feed (one session)."""
+    model, noise_inputs = _with_noise(model, {t: np.asarray(examples[t]).dtype for t in rates})
+    sess = session(model) if names else None
+    shapes = {t: list(np.asarray(examples[t]).shape) for t in rates}
     rng = np.random.default_rng([seed, 7])
     per_draw: list[dict[str, list[np.ndarray]]] = []
     for _ in range(draws):
@@ -622,14 +737,11 @@ def noise_floor(original: onnx.ModelProto, rates: Mapping[str, float], feeds: Se
                 flip = rng.random(shapes[t]) < rates[t]
                 sign = np.where(rng.random(shapes[t]) < 0.5, -1.0, 1.0)
                 f[inp] = (flip * sign).astype(np.float32)
-            for n, v in zip(names, sess.run(names, f)):
-                outs[n].append(np.asarray(v))
+            if sess is not None:
+                for n, v in zip(names, sess.run(list(names), f)):
+                    outs[n].append(np.asarray(v))
         per_draw.append(outs)
-    out = {}
-    for n in names:
-        devs = tuple(output_deviation(refs[n], d[n], scales.get(n)) for d in per_draw)
-        out[n] = NoiseFloor(devs, dict(rates))
-    return out
+    return per_draw
 
 
 def _with_noise(model: onnx.ModelProto, tensors: Mapping[str, np.dtype]) -> tuple[onnx.ModelProto, dict[str, str]]:

@@ -178,6 +178,7 @@ def bench_audit(folder: Path, repeat: int) -> None:
         f_t.append(time.perf_counter() - t0)
     print(f"audit of {len(models)} models in one process: {med(a_t):.2f} s; onnx.load + infer_shapes floor "
           f"{med(f_t):.2f} s; ratio {med(a_t) / med(f_t):.2f}x (target <= 2.5x)")
+    _audit_stages(folder, repeat)
     code = ("from fixer.api import audit, AuditOptions\naudit([sys.argv[1]], AuditOptions())")
     whole = _child(code, str(folder))
     singles = {p.name: _child(code, str(p))["rss_mib"] for p in models}
@@ -186,6 +187,74 @@ def bench_audit(folder: Path, repeat: int) -> None:
     print(f"  peak RSS: folder audit {whole['rss_mib']:.0f} MiB; largest single-model audit "
           f"{singles[big]:.0f} MiB ({big}); difference {whole['rss_mib'] - singles[big]:+.0f} MiB "
           f"(target <= +50 MiB); interpreter + nafix imports alone {base:.0f} MiB")
+
+
+#: Where an audit spends its time: (module, attribute, label), timed by plain wrappers (cProfile
+#: would inflate the Python-heavy stages). A stage missing from the code is skipped.
+AUDIT_STAGES = (
+    ("fixer.model_io", "read_model_bytes", "read file"),
+    ("fixer.model_io", "text_fields_are_utf8", "UTF-8 of text fields"),
+    ("fixer.model_io", "_check_strings", "UTF-8 field walk"),
+    ("fixer.model_io", "_NodeScan", "node walk (load checks)"),
+    ("fixer.model_io", "_load_external_data", "external data"),
+    ("fixer.model_io", "_check_acyclic", "cycle check"),
+    ("fixer.model_io", "_check_references", "reference check"),
+    ("onnx.checker", "check_model", "onnx checker"),
+    ("fixer.model_io", "_infer_shapes", "onnx shape inference"),
+    ("fixer.model_io", "_fill_shapes_by_running", "onnxruntime shape probe"),
+    ("fixer.api", "load_model", "= load total"),
+    ("fixer.analysis", "GraphView", "graph import"),
+    ("fixer.analysis", "quant_domain", "quantization domain"),
+    ("fixer.analysis", "place", "placement"),
+    ("fixer.analysis", "estimate_epochs", "epoch estimate"),
+    ("fixer.analysis", "estimate_memory", "memory estimate"),
+    ("fixer.api", "analyze_model", "= analysis total"),
+    ("fixer.results", "ModelAnalysis.released", "release"),
+)
+
+
+def _audit_stages(folder: Path, repeat: int) -> None:
+    """Per-stage seconds of the one-process audit (medians over ``repeat`` audits), printed as one
+    indented line per stage; a stage that calls itself is counted once."""
+    import importlib
+
+    from fixer.api import AuditOptions, audit
+
+    spent: dict[str, float] = {}
+    patched = []
+    for mod_name, attr, label in AUDIT_STAGES:
+        owner = importlib.import_module(mod_name)
+        *path, name = attr.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+        if owner is None or not hasattr(owner, name):
+            continue
+        orig = getattr(owner, name)
+
+        def timed(*a, _orig=orig, _label=label, _depth=[0], **k):
+            _depth[0] += 1
+            t0 = time.perf_counter()
+            try:
+                return _orig(*a, **k)
+            finally:
+                _depth[0] -= 1
+                if _depth[0] == 0:
+                    spent[_label] = spent.get(_label, 0.0) + time.perf_counter() - t0
+
+        setattr(owner, name, timed)
+        patched.append((owner, name, orig))
+    runs = []
+    try:
+        for _ in range(repeat):
+            spent.clear()
+            audit([folder], AuditOptions())
+            runs.append(dict(spent))
+    finally:
+        for owner, name, orig in reversed(patched):
+            setattr(owner, name, orig)
+    labels = [label for _, _, label in AUDIT_STAGES if any(label in r for r in runs)]
+    print("  audit stages (s): " + "; ".join(f"{label} {med(r.get(label, 0.0) for r in runs):.3f}"
+                                            for label in labels))
 
 
 def bench_chains(repeat: int, sizes=(9, 36, 143, 571, 5710)) -> None:

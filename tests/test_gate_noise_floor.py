@@ -107,3 +107,26 @@ def test_real_st_movenet_accepted_with_both_figures():
         nf = o.noise_floor
         assert nf["accepted"] and 0 < nf["floor"]["cosine_mean"] < 1 and nf["floor"]["draws"] >= 8
         assert "rewrite: cosine" in o.detail and "rounding noise alone" in o.detail
+
+
+def test_the_noise_floor_runs_only_the_layers_below_the_rewritten_nodes_and_measures_the_same(monkeypatch):
+    model = builders.sparse_heatmaps(threshold=3.25)
+    feeds = _feeds()
+    res = run_engine(model, [RULES["NAF003"]], profile=PROFILE)
+    checks = boundary_checks(res, change_contracts(res, RULES))
+    wrong = _off_by_half_a_step(res.model, model)
+    made = []
+    real = verify_mod.session
+    monkeypatch.setattr(verify_mod, "session", lambda m: made.append(m) or real(m))
+    part = verify(model, wrong, contract=RULES["NAF003"].verify, rules=["NAF003"], boundaries=checks, inputs=feeds)
+    noisy = [m for m in made if any(i.name.endswith("__nafix_noise") for i in m.graph.input)]
+    assert len(noisy) == 1 and len(noisy[0].graph.node) < len(model.graph.node)  # the layers above are not run
+    assert not any(n.op_type == "Resize" for n in noisy[0].graph.node)
+    # the whole model with the noise, as before: the same figures to the last bit, the same verdict
+    monkeypatch.setattr(verify_mod, "_downstream", lambda m, t: None)
+    made.clear()
+    whole = verify(model, wrong, contract=RULES["NAF003"].verify, rules=["NAF003"], boundaries=checks, inputs=feeds)
+    noisy = [m for m in made if any(i.name.endswith("__nafix_noise") for i in m.graph.input)]
+    assert len(noisy) == 1 and len(noisy[0].graph.node) > len(model.graph.node)
+    assert part.outputs[0].noise_floor is not None and not part.ok
+    assert part.as_dict() == whole.as_dict()

@@ -228,3 +228,28 @@ def test_naf001_pad_strategy_also_carries_the_relu_bit_exact():
                boundaries=boundary_checks(res, change_contracts(res, {"NAF001": rule})))
     assert v.ok and all(o.max_abs_error == 0 for o in v.outputs + v.boundaries)
     assert analyze_model(res.model, profile=PROFILE).estimate.sw_epochs <= before.sw_epochs
+
+
+@pytest.mark.parametrize("name", ["movenet_like_float.onnx", "denoiser_257_float.onnx", "big_activations_float.onnx",
+                                  "classifier_softmax_float.onnx"])
+def test_a_float_model_is_judged_from_each_changes_epochs_as_the_bisection_would(name, monkeypatch):
+    """On a float model the estimate shows each change's SW epochs: the guard's verdicts follow from
+    them, with no trial round per half, and match the bisection's to the byte."""
+    import fixer.engine as eng
+
+    model = onnx.load(str(SAMPLES / name))
+    real_commit = eng._commit_candidate
+    commits: list[int] = []
+    monkeypatch.setattr(eng, "_commit_candidate", lambda *a, **k: commits.append(1) or real_commit(*a, **k))
+    counted = run_engine(model, list(RULES.values()), profile=PROFILE)
+    n_counted = len(commits)
+    commits.clear()
+    monkeypatch.setattr(eng, "_float_deltas", lambda *a, **k: None)  # the bisection, a trial round per half
+    bisected = run_engine(model, list(RULES.values()), profile=PROFILE)
+    assert counted.changes == bisected.changes and counted.near_misses == bisected.near_misses
+    assert counted.model.SerializeToString() == bisected.model.SerializeToString()
+    assert counted.estimate.sw_epochs <= analyze_model(model, profile=PROFILE).estimate.sw_epochs
+    dropped = [n for n in bisected.near_misses if n.reason == FLOAT_GUARD_REASON]
+    assert n_counted <= len(commits)
+    if name == "movenet_like_float.onnx":  # its three NAF003 would add SW epochs: bisected, then dropped
+        assert len(dropped) == 3 and n_counted < len(commits)

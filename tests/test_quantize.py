@@ -270,7 +270,8 @@ def test_denoiser_npz_folder_calibration(tmp_path):
     print(f"denoiser npz: cosine {out['cosine']:.5f} snr {out['snr_db']:.1f} dB max {out['max_abs_error']:.4f}")
     assert out["cosine"] >= 0.99
     d = acc.as_dict()
-    assert set(d) == {"calibration", "samples", "outputs", "worst_tensors"}
+    assert set(d) == {"calibration", "accuracy_samples", "outputs", "worst_tensors"}
+    assert d["accuracy_samples"] == 6
     assert d["calibration"] == "npz"
     assert set(d["outputs"][0]) == {"name", "cosine", "snr_db", "max_abs_error"}
     assert 0 < len(d["worst_tensors"]) <= 10

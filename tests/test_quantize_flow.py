@@ -192,7 +192,7 @@ def test_fix_reports_the_figures_of_a_report_computed_from_scratch(tmp_path, mon
     assert len(feeds) == len(want) == 8
     assert all(np.array_equal(a[k], b[k]) for a, b in zip(feeds, want) for k in b)
     fresh = Q.accuracy_report(float_model, quant_model, want, calibration=q["calibration"]).as_dict()
-    for key in ("outputs", "worst_tensors", "samples"):
+    for key in ("outputs", "worst_tensors", "accuracy_samples"):
         assert q[key] == fresh[key], key
 
 

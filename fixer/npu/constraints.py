@@ -84,8 +84,9 @@ def _shape(t: ir.Tensor):
 def static_shape(node, ctx):
     """Every tensor of an NPU op must have a static shape (stedgeai needs static shapes; pin dynamic
     inputs with --input-shape)."""
+    view = ctx.view
     bad = [t.name for t in list(node.inputs) + list(node.outputs)
-           if t.name and not ctx.view.is_const(t) and not ctx.view.info(t).static]
+           if t.name and not view.is_const(t) and not view.is_static(t)]
     if bad:
         return Verdict(False, f"{_q(node)} has tensors of unknown or dynamic shape: {', '.join(bad[:3])}")
     return OK

@@ -9,6 +9,7 @@ need more (alignment, epoch-level scratch) or less (in-place ops): this is an es
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,15 +50,36 @@ class MemoryEstimate:
 
 
 def _nbytes(t: ir.Tensor, int8_domain: bool) -> int | None:
-    if t.shape is None or any(not isinstance(d, (int, np.integer)) or d < 0 for d in t.shape):
+    shape = t.shape
+    if shape is None or any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
         return None
-    n = int(np.prod(t.shape, dtype=np.int64)) if len(t.shape) else 1
+    n = 1
+    for d in shape:
+        n *= int(d)
+    if n >= 2**63:  # np.prod in int64 wraps around there: keep its figure
+        n = int(np.prod(shape, dtype=np.int64))
     if int8_domain:
         return n
     try:
-        return n * np.dtype(t.dtype).itemsize
+        return n * _itemsize(t.dtype)
     except TypeError:
         return n * 4
+
+
+#: element type -> its size in bytes; read for every activation tensor
+_ITEMSIZE: dict = {}
+
+
+def _itemsize(dtype) -> int:
+    """``np.dtype(dtype).itemsize`` (TypeError as it raises), remembered per element type."""
+    try:
+        return _ITEMSIZE[dtype]
+    except (KeyError, TypeError):
+        pass
+    size = np.dtype(dtype).itemsize
+    with contextlib.suppress(TypeError):  # an unhashable type: not remembered
+        _ITEMSIZE[dtype] = size
+    return size
 
 
 def weights_bytes(view: GraphView) -> int:
@@ -97,7 +119,7 @@ def estimate_memory(view: GraphView, placement: Placement, domain: QuantDomain, 
         return name
 
     def int8_domain(t: ir.Tensor) -> bool:
-        if t.dtype is not None and np.dtype(t.dtype).itemsize == 1:
+        if t.dtype is not None and _itemsize(t.dtype) == 1:
             return True
         return domain.sourced(t) or domain.sunk(t)  # read from, or written to, int8
 

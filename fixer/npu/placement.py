@@ -22,6 +22,7 @@ The model works on the ONNX graph stedgeai would read:
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterable
@@ -38,6 +39,8 @@ HW, SW, FOLDED = "HW", "SW", "folded"
 #: Activations the compiler fuses into the compute op before them (one epoch, one quantization).
 ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "Sigmoid", "Tanh", "HardSwish", "HardSigmoid"})
 _INT_KINDS = ("i", "u")
+#: element type -> whether it is an 8-bit integer (QuantDomain._is_int, read for every tensor)
+_INT8_DTYPES: dict = {}
 DEFAULT_DOMAINS = ("", "ai.onnx")
 CONTRIB_OK = frozenset({"QLinearAdd", "QLinearMul"})
 
@@ -128,7 +131,17 @@ class QuantDomain:
         return False
 
     def _is_int(self, t: ir.Tensor) -> bool:
-        return t.dtype is not None and np.dtype(t.dtype).kind in _INT_KINDS and np.dtype(t.dtype).itemsize == 1
+        d = t.dtype
+        if d is None:
+            return False
+        try:
+            return _INT8_DTYPES[d]
+        except (KeyError, TypeError):
+            dt = np.dtype(d)
+            is_int = dt.kind in _INT_KINDS and dt.itemsize == 1
+            with contextlib.suppress(TypeError):
+                _INT8_DTYPES[d] = is_int
+            return is_int
 
     def _compute(self) -> None:
         view = self.view
@@ -247,11 +260,13 @@ def is_oe_export(model: onnx.ModelProto) -> bool:
     return model.producer_name.strip().lower() in ("cube.ai", "stedgeai", "st edge ai")
 
 
-def place(view: GraphView, profile: TargetProfile) -> Placement:
-    """Place every node of ``view`` on HW, SW or folded, with reasons."""
+def place(view: GraphView, profile: TargetProfile, *, domain: QuantDomain | None = None) -> Placement:
+    """Place every node of ``view`` on HW, SW or folded, with reasons. ``domain``: the view's
+    :func:`quant_domain` when the caller has built it already (it is not built twice)."""
     oe = is_oe_export(view.model)
-    ctx = PlacementContext(view, profile, QuantDomain(view, profile, strict=not oe), oe, profile.values(),
-                           source_format(view.model))
+    if domain is None or domain.view is not view or domain.profile is not profile or domain.strict != (not oe):
+        domain = quant_domain(view, profile)
+    ctx = PlacementContext(view, profile, domain, oe, profile.values(), source_format(view.model))
     result: dict[str, NodePlacement] = {}
     model_findings: list[Reason] = []
 
@@ -296,6 +311,11 @@ def place(view: GraphView, profile: TargetProfile) -> Placement:
             "DOC", "note"))
     return Placement(nodes=nodes, oe_export=oe, profile=profile.name, model_findings=model_findings,
                      nested={k: v.name for k, v in getattr(view, "nested_owner", {}).items()})
+
+
+def quant_domain(view: GraphView, profile: TargetProfile) -> QuantDomain:
+    """The :class:`QuantDomain` :func:`place` reads for ``view`` (strict unless an ST export)."""
+    return QuantDomain(view, profile, strict=not is_oe_export(view.model))
 
 
 def _reason(cid: str, detail: str, ctx: PlacementContext) -> Reason:

@@ -317,13 +317,21 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
         if not p.is_file():
             raise ProfileError(f"{p}: target profile file not found.")
         where = str(p)
-        data = read_yaml(p, where, ProfileError)
+        try:
+            text: str | bytes | None = p.read_bytes()
+        except OSError:
+            text = None  # read_yaml says why, in one sentence
+        src = p
     else:
         res = resources.files("fixer.npu") / "profiles" / f"{spec}.yaml"
         if not res.is_file():
             raise ProfileError(f"unknown target profile '{spec}' (built in: stm32n6); pass a YAML file path instead.")
         where = f"<built-in {spec}.yaml>"
-        data = read_yaml(res.read_text(encoding="utf-8"), where, ProfileError)
+        text = src = res.read_text(encoding="utf-8")
+    key = (where, text, options, core)
+    if text is not None and key in _LOADED:  # the same profile text loaded before in this process
+        return _LOADED[key]
+    data = read_yaml(src, where, ProfileError)
     unknown = {o for o in options if o.split(" ", 1)[0] not in KNOWN_OPTIONS}
     if unknown:
         raise ProfileError(
@@ -335,7 +343,15 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
         raise ProfileError(f"{where}: a value has the wrong type or shape ({type(exc).__name__}: {exc}).") from None
     if prof.core is not None:
         prof = with_core(prof, prof.core)
-    return select_core(prof, core)
+    prof = select_core(prof, core)
+    if text is not None:
+        _LOADED[key] = prof
+    return prof
+
+
+#: Profiles loaded in this process, by (where, YAML text, options, core): a library caller fixing a
+#: folder of models parses the profile once (a TargetProfile is frozen); changed text is parsed again.
+_LOADED: dict[tuple, TargetProfile] = {}
 
 
 #: stedgeai options that take a value, with the values nafix models (NEURAL_ART.md s7, OBS).

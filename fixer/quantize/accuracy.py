@@ -31,7 +31,8 @@ class QuantAccuracy:
     samples: int = 0
 
     def as_dict(self) -> dict:
-        return {"calibration": self.calibration, "samples": self.samples, "outputs": list(self.outputs),
+        # "samples" is the calibration's count where a calibration result is merged with this one
+        return {"calibration": self.calibration, "accuracy_samples": self.samples, "outputs": list(self.outputs),
                 "worst_tensors": list(self.worst_tensors)}
 
 

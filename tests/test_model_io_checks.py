@@ -1,0 +1,286 @@
+"""The load checks' fast paths refuse exactly what the field-by-field checks refuse.
+
+``fixer.model_io`` checks the UTF-8 of every text field with one parse of the file bytes (a proto3
+mirror of the ONNX schema) and walks the nodes once for the external-data, cycle, reference,
+text-attribute and duplicate-name checks; the onnx checker reads the file bytes when loading changed
+nothing. These tests hold each fast path against the slow one it replaces.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+from fixer import model_io
+from fixer.errors import InputError
+from fixer.model_io import _all_nodes, _check_strings, _NodeScan, load_model, text_fields_are_utf8
+
+
+def tv(name, shape, elem=T.FLOAT):
+    return h.make_tensor_value_info(name, elem, shape)
+
+
+def marked_model() -> onnx.ModelProto:
+    """A model with a distinct 8-letter marker in every kind of text field (graph, node, subgraph,
+    value_info, dims, initializer, metadata, opset, function)."""
+    then_g = h.make_graph([h.make_node("Identity", ["xa"], ["ta"], name="SUBNODEA", doc_string="SUBDOCAA")],
+                          "SUBGRAPH", [], [tv("ta", [1, 4])])
+    else_g = h.make_graph([h.make_node("Neg", ["xa"], ["ea"], name="ELSENODE")], "ELSEGRPH", [], [tv("ea", [1, 4])])
+    nodes = [
+        h.make_node("Relu", ["x"], ["xa"], name="NODENAME", doc_string="NODEDOCS"),
+        h.make_node("Constant", [], ["cond"], name="CONDNODE", value=nh.from_array(np.array(True), "CONDVALU")),
+        h.make_node("If", ["cond"], ["y"], name="IFNODEAA", then_branch=then_g, else_branch=else_g),
+        h.make_node("Resize", ["xa", "", "sc"], ["r"], name="RESIZEAA", mode="nearest"),
+    ]
+    g = h.make_graph(nodes, "GRAPHNAM", [tv("x", [1, 4])], [tv("y", [1, 4]), tv("r", None)],
+                     [nh.from_array(np.array([1, 1], np.float32), "sc")], doc_string="GRAPHDOC",
+                     value_info=[tv("VINFONAM", ["DIMPARAM", 4])])
+    g.initializer[0].doc_string = "INITDOCS"
+    fn = h.make_function("FUNCDOMN", "FUNCNAME", ["a"], ["b"], [h.make_node("Relu", ["a"], ["b"], name="FUNCNODE")],
+                         [h.make_opsetid("", 17)])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("FUNCDOMN", 1)], functions=[fn],
+                     producer_name="PRODNAME", doc_string="MODELDOC")
+    h.set_model_props(m, {"METAKEYS": "METAVALU"})
+    m.ir_version = 8
+    return m
+
+
+MARKERS = ["NODENAME", "NODEDOCS", "CONDNODE", "CONDVALU", "IFNODEAA", "SUBNODEA", "SUBDOCAA", "SUBGRAPH",
+           "ELSENODE", "ELSEGRPH", "RESIZEAA", "GRAPHNAM", "GRAPHDOC", "VINFONAM", "DIMPARAM", "INITDOCS",
+           "FUNCDOMN", "FUNCNAME", "FUNCNODE", "PRODNAME", "MODELDOC", "METAKEYS", "METAVALU"]
+
+
+def test_the_bytes_level_utf8_check_runs_here():
+    assert model_io._utf8_mirror() is not None  # else every load walks the descriptors (slow, still correct)
+
+
+def test_clean_text_passes_both_checks():
+    data = marked_model().SerializeToString()
+    assert text_fields_are_utf8(data)
+    _check_strings(onnx.load_from_string(data), Path("m.onnx"))
+
+
+@pytest.mark.parametrize("marker", MARKERS)
+def test_bytes_check_rejects_what_the_field_walk_rejects(marker):
+    data = marked_model().SerializeToString()
+    assert data.count(marker.encode()) >= 1  # (the function domain is also an opset import)
+    bad = data.replace(marker.encode(), b"\xff\xfe" + marker.encode()[2:])
+    assert not text_fields_are_utf8(bad)
+    with pytest.raises(InputError, match="not UTF-8 text"):
+        _check_strings(onnx.load_from_string(bad), Path("m.onnx"))
+
+
+@pytest.mark.parametrize("marker", ["NODENAME", "DIMPARAM", "SUBNODEA", "METAVALU", "FUNCNAME"])
+def test_load_refuses_non_utf8_text_with_the_field_named(tmp_path, marker):
+    data = marked_model().SerializeToString()
+    src = tmp_path / "m.onnx"
+    src.write_bytes(data.replace(marker.encode(), b"\xff\xfe" + marker.encode()[2:]))
+    with pytest.raises(InputError, match=r"model\.\S+ is not UTF-8 text"):
+        load_model(src)
+
+
+def test_load_of_clean_marked_model_works(tmp_path):
+    src = tmp_path / "m.onnx"
+    src.write_bytes(marked_model().SerializeToString())
+    loaded = load_model(src)
+    assert loaded.model is not None and loaded.opset == 17
+
+
+# ------------------------------------------------------------------------------------------------
+# the shared node walk
+# ------------------------------------------------------------------------------------------------
+
+
+def _reference_bad_text(graph):
+    """The former _check_text_attributes loop: the first non-UTF-8 STRING(S) attribute."""
+    for node in _all_nodes(graph):
+        for attr in node.attribute:
+            values = [attr.s] if attr.type == onnx.AttributeProto.STRING else (
+                list(attr.strings) if attr.type == onnx.AttributeProto.STRINGS else [])
+            for v in values:
+                try:
+                    v.decode("utf-8")
+                except UnicodeDecodeError:
+                    return node.name, attr.name
+    return None
+
+
+def _nested_bad_text_model() -> onnx.ModelProto:
+    """An If whose subgraph holds a bad attribute, and whose own attribute after the subgraph is bad
+    too: the node's own attributes come first (as _all_nodes yields the node before its subgraph)."""
+    inner = h.make_graph([h.make_node("Resize", ["x", "", "sc"], ["t"], name="inner", mode="BADINNER")],
+                         "then", [], [tv("t", [1, 1, 4, 4])])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["e"], name="other")], "else", [], [tv("e", [1, 1, 4, 4])])
+    ifn = h.make_node("If", ["c"], ["y"], name="if", then_branch=inner, else_branch=other)
+    ifn.attribute.append(h.make_attribute("tag", "BADOUTER"))
+    first = h.make_node("Resize", ["x", "", "sc"], ["z"], name="first", mode="nearest")
+    g = h.make_graph([first, ifn], "g", [tv("x", [1, 1, 2, 2]), tv("c", [], T.BOOL)],
+                     [tv("y", [1, 1, 4, 4]), tv("z", [1, 1, 4, 4])],
+                     [nh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("bad", [(), ("BADOUTER",), ("BADINNER",), ("BADOUTER", "BADINNER")])
+def test_node_scan_matches_the_former_walks(bad):
+    data = _nested_bad_text_model().SerializeToString()
+    for marker in bad:
+        data = data.replace(marker.encode(), b"\xff" + marker.encode()[1:])
+    m = onnx.load_from_string(data)
+    scan = _NodeScan(m.graph, m.functions)
+    assert [n.name for n in scan.nodes] == [n.name for n in _all_nodes(m.graph)] == ["first", "if", "other", "inner"]
+    assert scan.inputs == [list(n.input) for n in m.graph.node]
+    assert scan.outputs == [list(n.output) for n in m.graph.node]
+    got = (scan.bad_text[0].name, scan.bad_text[1].name) if scan.bad_text else None
+    assert got == _reference_bad_text(m.graph)
+    assert got == ({"BADOUTER": ("if", "tag"), "BADINNER": ("inner", "mode")}[bad[0]] if bad else None)
+    assert not scan.external
+
+
+# ------------------------------------------------------------------------------------------------
+# external data wherever onnx would load it: the scan must see it, so the escape checks run
+# ------------------------------------------------------------------------------------------------
+
+
+def _external(t: onnx.TensorProto, location: str) -> onnx.TensorProto:
+    t.ClearField("raw_data")
+    t.data_location = T.EXTERNAL
+    t.external_data.add(key="location", value=location)
+    return t
+
+
+def _escape_models():
+    w = nh.from_array(np.ones((2,), np.float32), "w")
+    relu = h.make_node("Relu", ["x"], ["y"], name="r")
+
+    # a Constant's tensor attribute
+    const = h.make_node("Constant", [], ["k"], name="k", value=_external(nh.from_array(np.ones(2, np.float32), "kv"),
+                                                                         "../escape.bin"))
+    yield "constant attribute", [const, h.make_node("Add", ["x", "k"], ["y"], name="a")], [], []
+    # an attribute declared INT that carries a tensor anyway (onnx's loader visits it whatever the type)
+    odd = h.make_node("Relu", ["x"], ["y"], name="r")
+    a = odd.attribute.add()
+    a.name, a.type, a.i = "odd", onnx.AttributeProto.INT, 1
+    a.t.CopyFrom(_external(nh.from_array(np.ones(2, np.float32), "ov"), "../escape.bin"))
+    yield "mistyped attribute", [odd], [], []
+    # an initializer of an If subgraph
+    sub = h.make_graph([h.make_node("Add", ["x", "sw"], ["t"], name="sa")], "then", [], [tv("t", [1, 2])],
+                       [_external(nh.from_array(np.ones(2, np.float32), "sw"), "../escape.bin")])
+    other = h.make_graph([h.make_node("Identity", ["x"], ["e"], name="si")], "else", [], [tv("e", [1, 2])])
+    cond = h.make_node("Constant", [], ["c"], name="c", value=nh.from_array(np.array(True), "cv"))
+    yield "subgraph initializer", [cond, h.make_node("If", ["c"], ["y"], name="if", then_branch=sub,
+                                                     else_branch=other)], [], []
+    # a tensor attribute of a function's node
+    fconst = h.make_node("Constant", [], ["b"], name="fk", value=_external(nh.from_array(np.ones(2, np.float32), "fv"),
+                                                                           "../escape.bin"))
+    fn = h.make_function("custom", "F", ["a"], ["b"], [fconst], [h.make_opsetid("", 17)])
+    yield "function attribute", [relu], [fn], []
+    # a plain initializer
+    yield "initializer", [h.make_node("Add", ["x", "w"], ["y"], name="a")], [], [_external(w, "../escape.bin")]
+
+
+@pytest.mark.parametrize("case", [c[0] for c in _escape_models()])
+def test_external_data_escapes_are_refused_wherever_the_tensor_is(tmp_path, case):
+    _, nodes, functions, inits = next(c for c in _escape_models() if c[0] == case)
+    g = h.make_graph(nodes, "g", [tv("x", [1, 2])], [tv("y", [1, 2])], inits)
+    opsets = [h.make_opsetid("", 17)] + ([h.make_opsetid("custom", 1)] if functions else [])
+    m = h.make_model(g, opset_imports=opsets, functions=functions)
+    m.ir_version = 8
+    (tmp_path / "escape.bin").write_bytes(np.ones(2, np.float32).tobytes())
+    folder = tmp_path / "models"
+    folder.mkdir()
+    src = folder / "m.onnx"
+    src.write_bytes(m.SerializeToString())
+    assert _NodeScan(m.graph, m.functions).external
+    with pytest.raises(InputError, match="outside the model's folder"):
+        load_model(src)
+
+
+def test_external_data_inside_the_folder_still_loads(tmp_path):
+    m = h.make_model(h.make_graph([h.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "g", [tv("x", [1, 8])],
+                                  [tv("y", [1, 8])], [nh.from_array(np.ones((8, 8), np.float32), "W")]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="w.bin", size_threshold=0)
+    loaded = load_model(tmp_path / "ext.onnx")
+    w = next(t for t in loaded.model.graph.initializer if t.name == "W")
+    assert nh.to_array(w).shape == (8, 8) and float(nh.to_array(w).sum()) == 64.0
+
+
+# ------------------------------------------------------------------------------------------------
+# the onnx checker on the file bytes vs on the loaded model
+# ------------------------------------------------------------------------------------------------
+
+
+def test_checker_warning_is_the_same_from_the_file_bytes_and_from_the_model(tmp_path, monkeypatch):
+    m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"], name="r")], "g", [tv("x", [1, "d"])],
+                                  [tv("y", [1, "d"])]), opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 2  # IR < 3 with an opset import: the checker refuses it (a warning, not fatal)
+    src = tmp_path / "m.onnx"
+    src.write_bytes(m.SerializeToString())
+    seen: list[type] = []
+    check = onnx.checker.check_model
+
+    def spy(model, *a, **k):
+        seen.append(type(model))
+        return check(model, *a, **k)
+
+    monkeypatch.setattr(onnx.checker, "check_model", spy)
+    as_file = load_model(src)  # nothing pinned or renamed: the checker reads the file bytes
+    pinned = load_model(src, input_shapes={"x": (1, 4)})  # the pinned model: the checker reads it
+    assert seen == [bytes, onnx.ModelProto]
+    lines = [[w for w in lm.warnings if w.startswith("onnx checker")] for lm in (as_file, pinned)]
+    assert lines[0] and lines[0] == lines[1]
+
+
+def test_duplicate_node_names_are_renamed_once(tmp_path):
+    nodes = [h.make_node("Relu", ["x"], ["a"], name="n"), h.make_node("Relu", ["a"], ["b"], name="n"),
+             h.make_node("Relu", ["b"], ["y"], name="n_1")]
+    m = h.make_model(h.make_graph(nodes, "g", [tv("x", [1, 4])], [tv("y", [1, 4])]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    src = tmp_path / "m.onnx"
+    src.write_bytes(m.SerializeToString())
+    loaded = load_model(src)
+    assert [n.name for n in loaded.model.graph.node] == ["n", "n_2", "n_1"]
+    assert any("1 node(s) shared their name" in w for w in loaded.warnings)
+    assert os.path.getsize(src) == len(m.SerializeToString())  # the input file is never rewritten
+
+
+# ------------------------------------------------------------------------------------------------
+# placement and the memory estimate share one QuantDomain
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["classifier_softmax", "movenet_like", "denoiser_257", "big_activations_float"])
+def test_a_shared_quant_domain_places_and_sizes_as_fresh_ones(name, monkeypatch):
+    from fixer.api import AnalysisOptions, resolve_profile
+    from fixer.graph import GraphView
+    from fixer.npu import placement as pl
+    from fixer.npu.memory import estimate_memory
+    from fixer.npu.placement import QuantDomain, is_oe_export, place, quant_domain
+
+    src = Path(__file__).resolve().parents[1] / "sample_models" / f"{name}.onnx"
+    profile = resolve_profile(AnalysisOptions())
+    model = load_model(src).model
+    view, other = GraphView(model), GraphView(model)
+    domain = quant_domain(view, profile)
+    shared = place(view, profile, domain=domain)
+    fresh = place(view, profile)
+    assert shared == fresh
+    built = []
+    monkeypatch.setattr(pl, "quant_domain", lambda v, p: built.append(v) or quant_domain(v, p))
+    place(view, profile, domain=domain)
+    assert built == []  # the caller's domain is used
+    assert place(other, profile, domain=domain) == place(other, profile)
+    assert built == [other, other]  # another view's domain is not: one is built for the view placed
+    strict = QuantDomain(view, profile, strict=not is_oe_export(model))
+    assert estimate_memory(view, shared, domain) == estimate_memory(view, fresh, strict)
