@@ -317,25 +317,56 @@ class GraphView:
         return bool(ins) and all(type(t) is ir.Constant or (t.inputs and t.inputs[0].name in folded) for t in ins)
 
 
-def unique_node_names(nodes: Iterable[ir.Node], *, sep: str = "__nafix_", first: int = 0) -> int:
-    """Give every node of ``nodes`` a unique name, in order (earlier nodes keep theirs): an unnamed
-    node becomes ``<op>_<index>``, a repeated name ``<name><sep><k>`` (``k`` from ``first``).
-    Returns how many nodes were renamed. (The views name ``_1``, ``_2``...; the quantizer
-    ``__nafix_0``..., as the models it wrote always had.)"""
+def unique_node_names(nodes: Iterable, *, sep: str = "__nafix_", first: int = 0, name_unnamed: bool = True,
+                      avoid_all: bool = False) -> int:
+    """Give every node of ``nodes`` (IR nodes, or protobuf ones through :class:`ProtoNode`) a unique
+    name, in order (earlier nodes keep theirs): a repeated name becomes ``<name><sep><k>`` (``k``
+    from ``first``), an unnamed node ``<op>_<index>`` (left unnamed without ``name_unnamed``). A new
+    name avoids the names already given, or with ``avoid_all`` every name of ``nodes``. Returns how
+    many nodes were renamed. (The views: ``_1``, ``_2``...; the loader: the same, unnamed nodes left,
+    avoiding all names; the models handed to onnxruntime: ``__nafix_0``..., as they always had.)"""
+    nodes = list(nodes)
     seen: set[str] = set()
+    avoid = {n.name for n in nodes if n.name} if avoid_all else seen
     renamed = 0
     for i, node in enumerate(nodes):
         name = node.name
-        if not name or name in seen:
-            base = name or f"{node.op}_{i}"
-            name, k = base, first
-            while name in seen:
-                name = f"{base}{sep}{k}"
-                k += 1
-            node.name = name
-            renamed += 1
+        if name and name not in seen:
+            seen.add(name)
+            continue
+        if not name and not name_unnamed:
+            continue
+        base = name or f"{node.op}_{i}"
+        name, k = base, first
+        while name in avoid:
+            name = f"{base}{sep}{k}"
+            k += 1
+        node.name = name
+        renamed += 1
         seen.add(name)
+        avoid.add(name)
     return renamed
+
+
+class ProtoNode:
+    """A protobuf NodeProto seen with the IR's ``name`` / ``op`` (for :func:`unique_node_names`)."""
+
+    __slots__ = ("p",)
+
+    def __init__(self, p: onnx.NodeProto):
+        self.p = p
+
+    @property
+    def name(self) -> str:
+        return self.p.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.p.name = value
+
+    @property
+    def op(self) -> str:
+        return self.p.op_type
 
 
 def const_value(t: ir.Tensor) -> np.ndarray | None:

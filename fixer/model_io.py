@@ -308,21 +308,9 @@ def make_node_names_unique(model: onnx.ModelProto, nodes: list | None = None) ->
     named = [n.name for n in nodes if n.name]
     if len(set(named)) == len(named):
         return 0  # no two nodes share a non-empty name: nothing to rename
-    taken = {n.name for n in nodes if n.name}
-    seen: set[str] = set()
-    renamed = 0
-    for node in nodes:
-        if not node.name:
-            continue
-        if node.name in seen:
-            k = 1
-            while f"{node.name}_{k}" in taken:
-                k += 1
-            node.name = f"{node.name}_{k}"
-            taken.add(node.name)
-            renamed += 1
-        seen.add(node.name)
-    return renamed
+    from .graph import ProtoNode, unique_node_names
+
+    return unique_node_names([ProtoNode(n) for n in nodes], sep="_", first=1, name_unnamed=False, avoid_all=True)
 
 
 def invalid_model_error(path: str | os.PathLike[str], exc: BaseException) -> InputError | None:

@@ -115,3 +115,17 @@ def test_read_graph_has_the_structure_without_intermediate_types():
     assert full.tensors()["xq"].dtype == np.uint8 and light.tensors()["xq"].dtype is None
     assert light.inputs[0].dtype == np.float32  # graph inputs and outputs keep their types
     assert int(qparams(light.nodes[0])[1]) == 100
+
+
+def test_loader_renames_duplicates_avoiding_every_name_and_leaves_unnamed_nodes():
+    from fixer.model_io import make_node_names_unique
+
+    names = ["a", "a", "a_1", "", "a"]
+    nodes = [helper.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=n) for i, n in enumerate(names)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("t0", TensorProto.FLOAT, [1])],
+                          [helper.make_tensor_value_info("t5", TensorProto.FLOAT, [1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    view_names = [n.name for n in GraphView(m).nodes]
+    assert make_node_names_unique(m) == 2
+    assert [n.name for n in m.graph.node] == ["a", "a_2", "a_1", "", "a_3"]
+    assert view_names == ["a", "a_1", "a_1_1", "Relu_3", "a_2"]  # a view only avoids the names before

@@ -43,34 +43,13 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
-class _ProtoNode:
-    """A NodeProto seen with the IR's ``name`` / ``op`` (for :func:`fixer.graph.unique_node_names`)."""
-
-    __slots__ = ("p",)
-
-    def __init__(self, p: onnx.NodeProto):
-        self.p = p
-
-    @property
-    def name(self) -> str:
-        return self.p.name
-
-    @name.setter
-    def name(self, value: str) -> None:
-        self.p.name = value
-
-    @property
-    def op(self) -> str:
-        return self.p.op_type
-
-
 def _unique_names(model: onnx.ModelProto) -> int:
     """Give every node of a model about to go to onnxruntime a unique name (its node lists and nafix's
     placement use them), by the rule of :func:`fixer.graph.unique_node_names`; returns how many
     were renamed."""
-    from ..graph import unique_node_names
+    from ..graph import ProtoNode, unique_node_names
 
-    return unique_node_names([_ProtoNode(n) for n in model.graph.node])
+    return unique_node_names([ProtoNode(n) for n in model.graph.node])
 
 
 def _strip_initializer_inputs(model: onnx.ModelProto) -> list[str]:
