@@ -1014,12 +1014,12 @@ def _copy_opset(imp) -> onnx.OperatorSetIdProto:
     return out
 
 
-def model_opset(model: onnx.ModelProto) -> int:
-    """The default-domain (``""`` / ``ai.onnx``) opset a model imports; 0 when it imports none."""
+def model_opset(model: onnx.ModelProto, missing=0):
+    """The default-domain (``""`` / ``ai.onnx``) opset a model imports; ``missing`` when it imports none."""
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
             return int(imp.version)
-    return 0
+    return missing
 
 
 def import_onnx(model: onnx.ModelProto, *, value_info: bool = True) -> Graph:

@@ -23,6 +23,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import shape_inference
 
+from . import ir
 from .errors import InputError, UsageError
 from .importers.tflite import is_tflite
 
@@ -415,10 +416,7 @@ def _load_external_data(model: onnx.ModelProto, path: Path, scan: _NodeScan | No
 
 
 def _check_opsets(model: onnx.ModelProto, path: Path, max_opset: int | None) -> int:
-    opset = None
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            opset = imp.version
+    opset = ir.model_opset(model, missing=None)
     if opset is None:
         raise InputError(f"{path}: the model imports no default-domain ('ai.onnx') opset.")
     newest = onnx.defs.onnx_opset_version()
