@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from . import ir
 from .graph import GraphView
 from .model_io import LoadedModel
 from .npu.estimate import estimate_epochs
@@ -19,7 +20,7 @@ def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: 
     """Place, estimate epochs and memory for an already loaded model (``placed``: its graph view (or
     None), placement and estimate under ``profile``, already made, e.g. by the engine that produced it)."""
     loaded = model_or_loaded if isinstance(model_or_loaded, LoadedModel) else LoadedModel(
-        path=path or Path("<memory>"), model=model_or_loaded, opset=_opset(model_or_loaded))
+        path=path or Path("<memory>"), model=model_or_loaded, opset=ir.model_opset(model_or_loaded))
     view = placed[0] if placed is not None and placed[0] is not None else GraphView(loaded.model)
     domain = quant_domain(view, profile)  # one for placement and the memory estimate (it is read-only)
     if placed is not None:
@@ -30,13 +31,6 @@ def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: 
     memory = estimate_memory(view, placement, domain, pools)
     findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
     return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)
-
-
-def _opset(model) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
 
 
 def _model_findings(loaded: LoadedModel, profile: TargetProfile, memory: MemoryEstimate) -> list[Reason]:

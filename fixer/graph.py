@@ -10,17 +10,19 @@ from __future__ import annotations
 import contextlib
 import functools
 import gc
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterable, Iterator
 
 import numpy as np
 import onnx
+
 from . import ir
 
 #: Ops that only move or relabel data; the compiler folds them into their neighbours.
 MOVEMENT_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"})
 QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+_INTS = (int, np.integer)
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,14 @@ def relaxed_gc(func):
     return wrapper
 
 
+def read_graph(model: onnx.ModelProto) -> ir.Graph:
+    """The structure and constants of ``model`` for a one-pass query (who reads what, Q/DQ
+    parameters): imported without the intermediate tensors' types and with the collector paused.
+    Not for export (use :func:`fixer.ir.import_onnx` to edit a graph)."""
+    with gc_paused():
+        return ir.import_onnx(model, value_info=False)
+
+
 def node_label(node: ir.Node) -> str:
     return node.name or f"{node.op} -> {node.outputs[0].name if node.outputs else '?'}"
 
@@ -118,17 +128,7 @@ class GraphView:
         returns the subgraph nodes' owners by name (:attr:`nested_owner`)."""
         top = self.graph.nodes
         nested = [(n, t) for t in top if _has_subgraph(t) for n in _nested_nodes(t)]
-        seen: set[str] = set()
-        for i, node in enumerate(top + [n for n, _ in nested] if nested else top):
-            name = node.name
-            if not name or name in seen:
-                base = name or f"{node.op}_{i}"
-                name, k = base, 1
-                while name in seen:
-                    name = f"{base}_{k}"
-                    k += 1
-                node.name = name
-            seen.add(name)
+        unique_node_names(top + [n for n, _ in nested] if nested else top, sep="_", first=1)
         return {n.name: t for n, t in nested}
 
     def owner(self, node: ir.Node) -> ir.Node:
@@ -146,10 +146,7 @@ class GraphView:
     @cached_property
     def opset(self) -> int:
         """The model's default-domain opset (what the ops nafix builds may use)."""
-        for imp in self.model.opset_import:
-            if imp.domain in ("", "ai.onnx"):
-                return int(imp.version)
-        return 0
+        return ir.model_opset(self.model)
 
     # -- index: built on first use, kept current by add_node / remove_node -------------------
     @cached_property
@@ -235,22 +232,10 @@ class GraphView:
             t = p.inputs[0]
         return True
 
-    def const_value(self, t: ir.Tensor) -> np.ndarray | None:
+    @staticmethod
+    def const_value(t: ir.Tensor) -> np.ndarray | None:
         """The value of a constant tensor when it is stored (initializer or Constant node)."""
-        if isinstance(t, ir.Constant):
-            return np.asarray(t.values)
-        p = self.producer(t)
-        if p is not None and p.op == "Constant":
-            v = p.attrs.get("value")
-            if isinstance(v, ir.Constant):
-                return np.asarray(v.values)
-            for key in ("value_float", "value_int"):
-                if key in p.attrs:
-                    return np.asarray(p.attrs[key])
-            for key in ("value_floats", "value_ints"):
-                if key in p.attrs:
-                    return np.asarray(p.attrs[key])
-        return None
+        return const_value(t)
 
     @staticmethod
     def info(t: ir.Tensor) -> TensorInfo:
@@ -271,11 +256,24 @@ class GraphView:
     def is_static(t: ir.Tensor) -> bool:
         """``info(t).static`` without building the TensorInfo: a known shape of non-negative integers."""
         shape = t.shape
-        return shape is not None and all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape)
+        if shape is None:
+            return False
+        for d in shape:  # (a loop, not all() over a generator: this runs for most tensors of a graph)
+            if not (isinstance(d, _INTS) and d >= 0):
+                return False
+        return True
+
+    def activations(self, node: ir.Node) -> list[ir.Tensor]:
+        """The named inputs of ``node`` that are not constant (:meth:`is_const`, inline: every
+        analysis pass reads this for every node)."""
+        folded = self.folded
+        return [t for t in node.inputs
+                if t.name and not (isinstance(t, ir.Constant) or (t.inputs and t.inputs[0].name in folded))]
 
     @staticmethod
     def activation_inputs(node: ir.Node, view: "GraphView") -> list[ir.Tensor]:
-        return [t for t in node.inputs if not _empty(t) and not view.is_const(t)]
+        # (an unnamed tensor is either an omitted Variable or a Constant: dropped either way)
+        return view.activations(node)
 
     # -- walking through data movement -----------------------------------------------------
     def source(self, t: ir.Tensor) -> ir.Node | None:
@@ -333,6 +331,76 @@ class GraphView:
         return bool(ins) and all(type(t) is ir.Constant or (t.inputs and t.inputs[0].name in folded) for t in ins)
 
 
+def unique_node_names(nodes: Iterable, *, sep: str = "__nafix_", first: int = 0, name_unnamed: bool = True,
+                      avoid_all: bool = False) -> int:
+    """Give every node of ``nodes`` (IR nodes, or protobuf ones through :class:`ProtoNode`) a unique
+    name, in order (earlier nodes keep theirs): a repeated name becomes ``<name><sep><k>`` (``k``
+    from ``first``), an unnamed node ``<op>_<index>`` (left unnamed without ``name_unnamed``). A new
+    name avoids the names already given, or with ``avoid_all`` every name of ``nodes``. Returns how
+    many nodes were renamed. (The views: ``_1``, ``_2``...; the loader: the same, unnamed nodes left,
+    avoiding all names; the models handed to onnxruntime: ``__nafix_0``..., as they always had.)"""
+    nodes = list(nodes)
+    seen: set[str] = set()
+    avoid = {n.name for n in nodes if n.name} if avoid_all else seen
+    renamed = 0
+    for i, node in enumerate(nodes):
+        name = node.name
+        if name and name not in seen:
+            seen.add(name)
+            continue
+        if not name and not name_unnamed:
+            continue
+        base = name or f"{node.op}_{i}"
+        name, k = base, first
+        while name in avoid:
+            name = f"{base}{sep}{k}"
+            k += 1
+        node.name = name
+        renamed += 1
+        seen.add(name)
+        avoid.add(name)
+    return renamed
+
+
+class ProtoNode:
+    """A protobuf NodeProto seen with the IR's ``name`` / ``op`` (for :func:`unique_node_names`)."""
+
+    __slots__ = ("p",)
+
+    def __init__(self, p: onnx.NodeProto):
+        self.p = p
+
+    @property
+    def name(self) -> str:
+        return self.p.name
+
+    @name.setter
+    def name(self, value: str) -> None:
+        self.p.name = value
+
+    @property
+    def op(self) -> str:
+        return self.p.op_type
+
+
+def const_value(t: ir.Tensor) -> np.ndarray | None:
+    """The value of a constant tensor when it is stored (initializer or Constant node)."""
+    if type(t) is ir.Constant:
+        return np.asarray(t.values)
+    p = t.inputs[0] if t.inputs else None
+    if p is not None and p.op == "Constant":
+        v = p.attrs.get("value")
+        if isinstance(v, ir.Constant):
+            return np.asarray(v.values)
+        for key in ("value_float", "value_int"):
+            if key in p.attrs:
+                return np.asarray(p.attrs[key])
+        for key in ("value_floats", "value_ints"):
+            if key in p.attrs:
+                return np.asarray(p.attrs[key])
+    return None
+
+
 def _nested_nodes(node: ir.Node) -> Iterator[ir.Node]:
     """Every node inside the subgraphs of ``node`` (recursively)."""
     for sub in node.subgraphs():
@@ -346,6 +414,16 @@ _has_subgraph = ir.has_subgraph
 
 def _empty(t: ir.Tensor) -> bool:
     return type(t) is ir.Variable and not t.name
+
+
+def attr(node: ir.Node, name: str, default=None):
+    """Attribute ``name`` of ``node`` (``default`` when absent); strings as ``str``."""
+    v = node.attrs.get(name, default)
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, (list, tuple)):
+        return [x.decode() if isinstance(x, bytes) else x for x in v]
+    return v
 
 
 def iter_attrs(node: ir.Node) -> Iterable[tuple[str, object]]:
@@ -395,13 +473,19 @@ class Editor:
         return ir.Variable(self.name(base), dtype=dtype, shape=shape)
 
     def node(self, op: str, inputs: list, outputs: list | None = None, attrs: dict | None = None,
-             *, dtype=None, shape=None, domain: str | None = None) -> ir.Node:
-        """Create ``op`` reading ``inputs``; with no ``outputs`` one new variable is made."""
+             *, dtype=None, shape=None, domain: str | None = None, base: str | None = None,
+             at: int | None = None) -> ir.Node:
+        """Create ``op`` reading ``inputs``; with no ``outputs`` one new variable is made. ``base``:
+        the node's name base (the anchor's by default); ``at``: its index in the node list (the end
+        by default; the engine sorts the graph after the round)."""
         if outputs is None:
             outputs = [self.var(dtype=dtype, shape=shape)]
-        n = ir.Node(op=op, name=self.name(), attrs=dict(attrs or {}), inputs=list(inputs), outputs=list(outputs),
+        n = ir.Node(op=op, name=self.name(base), attrs=dict(attrs or {}), inputs=list(inputs), outputs=list(outputs),
                     domain=domain)
-        self.graph.nodes.append(n)
+        if at is None:
+            self.graph.nodes.append(n)
+        else:
+            self.graph.nodes.insert(at, n)
         self.provenance[n.name] = self.rule_id
         self.created.append(n)
         return n
@@ -425,6 +509,18 @@ class Editor:
         """Disconnect ``node``; the engine's cleanup drops it and whatever only it used."""
         node.inputs.clear()
         node.outputs.clear()
+
+
+def qparams(node: ir.Node, value=const_value) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """(scale, zero-point) of a QuantizeLinear/DequantizeLinear as stored, None where not constant;
+    no zero-point input reads as uint8 zeros (ONNX's default). ``value``: how constants are read."""
+    ins = node.inputs
+    s = value(ins[1]) if len(ins) > 1 else None
+    if len(ins) > 2 and ins[2].name:
+        z = value(ins[2])
+    else:
+        z = None if s is None else np.zeros(np.shape(s), np.uint8)
+    return s, z
 
 
 def qdq_params(view: GraphView, node: ir.Node) -> tuple[np.ndarray, np.ndarray, int | None]:

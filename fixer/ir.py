@@ -845,9 +845,10 @@ def _vi_type(vi) -> tuple[object, list | None, str | None]:
 
 
 class _Importer:
-    __slots__ = ("src",)
+    __slots__ = ("src", "types")
 
-    def __init__(self, src: _Source):
+    def __init__(self, src: _Source, types: bool = True):
+        self.types = types
         self.src = src
 
     def graph(self, gp: onnx.GraphProto, outer: list[dict]) -> Graph:
@@ -859,8 +860,9 @@ class _Importer:
         for sp in gp.sparse_initializer:
             if sp.values.name not in local:
                 local[sp.values.name] = _constant_from_proto(sp, src, sparse=True)
-        for vi in gp.value_info:
-            self._value_info(vi, local, outer, update=True)
+        if self.types:
+            for vi in gp.value_info:
+                self._value_info(vi, local, outer, update=True)
         inits = {t.name for t in gp.initializer}
         inits.update(t.values.name for t in gp.sparse_initializer)
         inputs = [self._value_info(vi, local, (), update=False) for vi in gp.input if vi.name not in inits]
@@ -1012,15 +1014,22 @@ def _copy_opset(imp) -> onnx.OperatorSetIdProto:
     return out
 
 
-def import_onnx(model: onnx.ModelProto) -> Graph:
-    """The graph of ``model`` (one pass over the protobuf; constants are not decoded)."""
-    src = _Source()
-    src.functions = model.functions
-    g = _Importer(src).graph(model.graph, [])
+def model_opset(model: onnx.ModelProto, missing=0):
+    """The default-domain (``""`` / ``ai.onnx``) opset a model imports; ``missing`` when it imports none."""
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
-            g.opset = imp.version
-            break
+            return int(imp.version)
+    return missing
+
+
+def import_onnx(model: onnx.ModelProto, *, value_info: bool = True) -> Graph:
+    """The graph of ``model`` (one pass over the protobuf; constants are not decoded). With
+    ``value_info=False`` the types of intermediate tensors are not read (graph inputs' and outputs'
+    are): a graph to read structure and constants from, not to export."""
+    src = _Source()
+    src.functions = model.functions
+    g = _Importer(src, value_info).graph(model.graph, [])
+    g.opset = model_opset(model) or None
     g.import_domains = [_copy_opset(i) for i in model.opset_import]
     g.producer_name = model.producer_name
     g.producer_version = model.producer_version

@@ -23,6 +23,7 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import shape_inference
 
+from . import ir
 from .errors import InputError, UsageError
 from .importers.tflite import is_tflite
 
@@ -308,21 +309,9 @@ def make_node_names_unique(model: onnx.ModelProto, nodes: list | None = None) ->
     named = [n.name for n in nodes if n.name]
     if len(set(named)) == len(named):
         return 0  # no two nodes share a non-empty name: nothing to rename
-    taken = {n.name for n in nodes if n.name}
-    seen: set[str] = set()
-    renamed = 0
-    for node in nodes:
-        if not node.name:
-            continue
-        if node.name in seen:
-            k = 1
-            while f"{node.name}_{k}" in taken:
-                k += 1
-            node.name = f"{node.name}_{k}"
-            taken.add(node.name)
-            renamed += 1
-        seen.add(node.name)
-    return renamed
+    from .graph import ProtoNode, unique_node_names
+
+    return unique_node_names([ProtoNode(n) for n in nodes], sep="_", first=1, name_unnamed=False, avoid_all=True)
 
 
 def invalid_model_error(path: str | os.PathLike[str], exc: BaseException) -> InputError | None:
@@ -427,10 +416,7 @@ def _load_external_data(model: onnx.ModelProto, path: Path, scan: _NodeScan | No
 
 
 def _check_opsets(model: onnx.ModelProto, path: Path, max_opset: int | None) -> int:
-    opset = None
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            opset = imp.version
+    opset = ir.model_opset(model, missing=None)
     if opset is None:
         raise InputError(f"{path}: the model imports no default-domain ('ai.onnx') opset.")
     newest = onnx.defs.onnx_opset_version()

@@ -17,9 +17,11 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from fixer import ir
 from fixer import quantize as Q
 from fixer.api import analyze_model
 from fixer.errors import InputError, UsageError
+from fixer.graph import const_value
 from fixer.npu.profile import load_profile
 from fixer.rules import VerifyContract
 from fixer.verify import session, verify
@@ -83,7 +85,12 @@ def image_model(h=16, w=16, layout="nchw", seed=0) -> onnx.ModelProto:
 def prelu_island_model(seed=1) -> tuple[onnx.ModelProto, onnx.ModelProto]:
     """(float model, QDQ model) where onnxruntime's default op list left the PRelu float (the
     MobileFaceNet pattern: DequantizeLinear -> PRelu(float slope) -> QuantizeLinear)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     rng = np.random.default_rng(seed)
     inits = [
@@ -150,9 +157,19 @@ def write_png(path: Path, img: np.ndarray) -> Path:
     return path
 
 
+def _consts(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+    """Every stored constant of ``model`` by name (initializers and Constant nodes)."""
+    out = {}
+    for name, t in ir.import_onnx(model).tensors().items():
+        v = const_value(t)
+        if v is not None:
+            out[name] = v
+    return out
+
+
 def quant_tensors(model: onnx.ModelProto) -> dict:
     """Every uint8 constant, zero-point or typed tensor in the model (should be empty)."""
-    consts = Q._constants(model)
+    consts = _consts(model)
     u8 = [t.name for t in model.graph.initializer if t.data_type == TensorProto.UINT8]
     u8 += [vi.name for vi in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info)
            if vi.type.tensor_type.elem_type == TensorProto.UINT8]
@@ -165,7 +182,7 @@ def quant_tensors(model: onnx.ModelProto) -> dict:
 
 def weight_params(model: onnx.ModelProto) -> list[tuple[str, np.ndarray, np.ndarray, int | None, np.ndarray]]:
     """(weight name, int values, zero-points, axis, scales) for every Conv/Gemm/MatMul/PRelu weight."""
-    consts = Q._constants(model)
+    consts = _consts(model)
     prod = {o: n for n in model.graph.node for o in n.output}
     out = []
     for n in model.graph.node:
@@ -198,7 +215,7 @@ def with_dq_outputs(model: onnx.ModelProto) -> onnx.ModelProto:
     """The model with every DequantizeLinear output of an activation added as a graph output."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    consts = Q._constants(m)
+    consts = _consts(m)
     have = {o.name for o in m.graph.output}
     for n in m.graph.node:
         if n.op_type == "DequantizeLinear" and n.input[0] not in consts and n.output[0] not in have:
@@ -474,7 +491,7 @@ def test_uint8_sample_becomes_int8_bit_exactly():
 def test_uint8_weights_requantized_symmetric_per_channel():
     """The sample's QDQ with its weights turned into uint8 asymmetric (exact arithmetic), then converted."""
     um = onnx.load(SAMPLES / "uint8_default_quant.onnx")
-    consts = Q._constants(um)
+    consts = _consts(um)
     for n in um.graph.node:
         if n.op_type == "DequantizeLinear" and n.input[0].endswith("weight_quantized"):
             q = consts[n.input[0]]

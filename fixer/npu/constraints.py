@@ -85,8 +85,12 @@ def static_shape(node, ctx):
     """Every tensor of an NPU op must have a static shape (stedgeai needs static shapes; pin dynamic
     inputs with --input-shape)."""
     view = ctx.view
-    bad = [t.name for t in list(node.inputs) + list(node.outputs)
-           if t.name and not view.is_const(t) and not view.is_static(t)]
+    is_static = view.is_static
+    folded = view.folded
+    # (is_const inline, checked after the shape: most tensors are static and this runs for every node)
+    bad = [t.name for t in (*node.inputs, *node.outputs)
+           if t.name and not isinstance(t, ir.Constant) and not is_static(t)
+           and not (t.inputs and t.inputs[0].name in folded)]
     if bad:
         return Verdict(False, f"{_q(node)} has tensors of unknown or dynamic shape: {', '.join(bad[:3])}")
     return OK
@@ -97,8 +101,8 @@ def rank_limit(node, ctx):
     """Tensors must have rank <= {max_rank}: the NPU's internal tensor model is 4-D and rank-5
     tensors crash atonn."""
     r = ctx.profile.limit("max_rank")
-    for t in list(node.inputs) + list(node.outputs):
-        if t.name and t.shape is not None and len(t.shape) > r and not ctx.view.is_const(t):
+    for t in (*node.inputs, *node.outputs):
+        if t.name and not isinstance(t, ir.Constant) and t.shape is not None and len(t.shape) > r and not ctx.view.is_const(t):
             return Verdict(False, f"{_q(node)} tensor '{t.name}' has rank {len(t.shape)} (shape {list(t.shape)})")
     return OK
 
@@ -107,11 +111,16 @@ def rank_limit(node, ctx):
 def dim_limit(node, ctx):
     """Every tensor dimension must be below {max_dim_exclusive}."""
     m = ctx.profile.limit("max_dim")
-    for t in list(node.inputs) + list(node.outputs):
-        if t.name and t.shape is not None and not ctx.view.is_const(t):
-            big = [d for d in t.shape if isinstance(d, int) and d > m]
-            if big:
-                return Verdict(False, f"{_q(node)} tensor '{t.name}' has a dimension of {big[0]}")
+    for t in (*node.inputs, *node.outputs):
+        if t.name and not isinstance(t, ir.Constant):
+            shape = t.shape
+            if shape is None:
+                continue
+            for d in shape:  # the first dimension over the limit (is_const asked only then)
+                if isinstance(d, int) and d > m:
+                    if not ctx.view.is_const(t):
+                        return Verdict(False, f"{_q(node)} tensor '{t.name}' has a dimension of {d}")
+                    break
     return OK
 
 
@@ -120,7 +129,7 @@ def quantized_activations(node, ctx):
     """The NPU runs only 8-bit quantized ops: every activation input must come from a
     DequantizeLinear (or an int8 tensor) and every output must reach a QuantizeLinear. Anything left
     in float runs in SW on the Cortex-M55."""
-    floats_in = [t.name for t in ctx.view.activation_inputs(node, ctx.view) if not ctx.domain.sourced(t)]
+    floats_in = [t.name for t in ctx.domain.activations(node) if not ctx.domain.sourced(t)]
     floats_out = [t.name for t in node.outputs if t.name and not ctx.domain.sunk(t)]
     if floats_in or floats_out:
         parts = []
@@ -136,7 +145,7 @@ def quantized_activations(node, ctx):
 def int8_activations(node, ctx):
     """Activations must be signed int8: stedgeai rejects uint8 activations ('quantized unsigned
     integer format is not supported'); re-quantize them to int8 (zero-point - 128, same scale)."""
-    bad = [t.name for t in ctx.view.activation_inputs(node, ctx.view) if ctx.domain.uint8_source(t)]
+    bad = [t.name for t in ctx.domain.activations(node) if ctx.domain.uint8_source(t)]
     bad += [t.name for t in node.outputs if t.name and ctx.domain.uint8_sink(t)]
     if bad:
         return Verdict(False, f"{_q(node)} reads or writes uint8-quantized tensor(s) {', '.join(bad[:2])}")
@@ -332,6 +341,18 @@ def _broadcast_shapes(node):
     return shapes, out
 
 
+def _int_numel(shape) -> int:
+    """``int(np.prod([d for d in shape if isinstance(d, int)] or [1]))`` without numpy's per-call cost
+    (numpy's int64 figure where the product leaves the int64 range, as np.prod wraps there)."""
+    n = 1
+    for d in shape:
+        if isinstance(d, int):
+            n *= d
+    if not -2**63 <= n < 2**63:
+        n = int(np.prod([d for d in shape if isinstance(d, int)] or [1]))
+    return n
+
+
 @constraint("eltwise_broadcast", tag="3P")
 def eltwise_broadcast(node, ctx):
     """Element-wise ops broadcast in one direction only: at most one operand may be smaller than the
@@ -339,8 +360,8 @@ def eltwise_broadcast(node, ctx):
     shapes, out = _broadcast_shapes(node)
     if out is None or any(s is None for s in shapes):
         return OK
-    out_n = int(np.prod([d for d in out if isinstance(d, int)] or [1]))
-    smaller = [s for s in shapes if int(np.prod([d for d in s if isinstance(d, int)] or [1])) < out_n]
+    out_n = _int_numel(out)
+    smaller = [s for s in shapes if _int_numel(s) < out_n]
     if len(smaller) > 1 and len(shapes) > 1 and all(len(smaller) == len(shapes) for _ in [0]):
         return Verdict(False, f"{_q(node)} broadcasts both operands {[list(s) for s in shapes]} to {list(out)}")
     return OK

@@ -144,7 +144,7 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
 
     for node in view.nodes:
         p = by_name[node.name]
-        acts = [t for t in node.inputs if t.name and not view.is_const(t)]
+        acts = view.activations(node)
         if p.unit == FOLDED:
             if node.op in MOVEMENT_OPS or node.op in ("QuantizeLinear", "DequantizeLinear"):
                 for t in acts[:1]:

@@ -131,7 +131,7 @@ def estimate_memory(view: GraphView, placement: Placement, domain: QuantDomain, 
         start[t.name] = 0
         end[t.name] = 0
     for step, node in enumerate(view.nodes, start=1):
-        acts = [t for t in node.inputs if t.name and not view.is_const(t)]
+        acts = domain.activations(node)
         for t in acts:
             r = root(t.name)
             if r in start:

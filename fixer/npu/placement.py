@@ -118,6 +118,8 @@ class QuantDomain:
         self._sourced: dict[str, bool] = {}
         self._sunk: dict[str, bool] = {}
         self._u8_src: dict[str, bool] = {}
+        self._u8_sink: dict[str, bool] = {}
+        self._acts: dict[str, list[ir.Tensor]] = {}
         self._compute()
 
     def _epilogue(self, c: ir.Node, t: ir.Tensor) -> bool:
@@ -149,8 +151,9 @@ class QuantDomain:
         for t in view.graph.inputs:
             self._sourced[t.name] = self._is_int(t)
             self._u8_src[t.name] = False
+        known_acts = self._acts
         for node in nodes:
-            acts = [t for t in node.inputs if t.name and not view.is_const(t)]
+            acts = known_acts[node.name] = view.activations(node)
             for out in node.outputs:
                 if self._is_int(out):
                     self._sourced[out.name] = True
@@ -209,6 +212,12 @@ class QuantDomain:
                 ok = False
         return ok
 
+    def activations(self, node: ir.Node) -> list[ir.Tensor]:
+        """``view.activations(node)`` as it was when the domain was built (read, do not change, the
+        list): placement, its constraints and the memory estimate read it for every node."""
+        acts = self._acts.get(node.name)
+        return acts if acts is not None else self.view.activations(node)
+
     def sourced(self, t: ir.Tensor) -> bool:
         return self._sourced.get(t.name, False) if not isinstance(t, ir.Constant) else True
 
@@ -216,13 +225,20 @@ class QuantDomain:
         return self._sunk.get(t.name, self._is_int(t))
 
     def sourced_any(self, node: ir.Node) -> bool:
-        acts = [t for t in node.inputs if t.name and not self.view.is_const(t)]
-        return any(self.sourced(t) for t in acts)
+        return any(self.sourced(t) for t in self.activations(node))
 
     def uint8_source(self, t: ir.Tensor) -> bool:
         return self._u8_src.get(t.name, False)
 
     def uint8_sink(self, t: ir.Tensor) -> bool:
+        # remembered per tensor: the domain reads a view that does not change while it is used
+        # (one analysis), and int8_activations asks for every output of every op
+        known = self._u8_sink.get(t.name)
+        if known is None:
+            known = self._u8_sink[t.name] = self._uint8_sink(t)
+        return known
+
+    def _uint8_sink(self, t: ir.Tensor) -> bool:
         for c, _ in self.view.sinks(t):
             if c is not None and c.op == "QuantizeLinear" and len(c.inputs) > 2:
                 zp = c.inputs[2]
@@ -379,7 +395,7 @@ def _kernel(node: ir.Node, ctx: PlacementContext, failing: Iterable[Reason]) -> 
         return "float"
     if node.op not in ctx.profile.sw_int8_kernels:
         return "float"
-    acts = ctx.view.activation_inputs(node, ctx.view)
+    acts = ctx.domain.activations(node)
     if all(ctx.domain.sourced(t) for t in acts) and all(ctx.domain.sunk(t) for t in node.outputs if t.name):
         return "int8"
     return "float"

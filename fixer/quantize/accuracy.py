@@ -14,7 +14,7 @@ import onnx
 
 from ..errors import UsageError
 from .calibration import _FeedsReader
-from .modelproto import _Graph, _clamp_ir, _copy, _quiet_onnxruntime
+from .modelproto import _clamp_ir, _copy, _quiet_onnxruntime
 
 log = logging.getLogger(__name__)
 
@@ -271,14 +271,15 @@ def _match_by_qdq(quant_model: onnx.ModelProto, q_acts: dict, f_acts: dict) -> d
     """Activation matching for QDQ models that do not follow onnxruntime's tensor naming: for each
     ``t -> QuantizeLinear -> DequantizeLinear -> t'``, pre = ``t``, post = ``t'``, float = ``t`` of
     the float model."""
-    gr = _Graph(quant_model)
+    from ..graph import read_graph
+
     out = {}
-    for q in quant_model.graph.node:
-        if q.op_type != "QuantizeLinear" or q.input[0] not in f_acts or q.input[0] not in q_acts:
+    for q in read_graph(quant_model).nodes:
+        x = q.inputs[0].name if q.op == "QuantizeLinear" else None
+        if x is None or x not in f_acts or x not in q_acts:
             continue
-        for dq in gr.consumers[q.output[0]]:
-            if dq.op_type == "DequantizeLinear" and dq.output[0] in q_acts:
-                out[q.input[0]] = {"pre_qdq": q_acts[q.input[0]], "post_qdq": q_acts[dq.output[0]],
-                                   "float": f_acts[q.input[0]]}
+        for dq in q.outputs[0].outputs:
+            if dq.op == "DequantizeLinear" and dq.outputs[0].name in q_acts:
+                out[x] = {"pre_qdq": q_acts[x], "post_qdq": q_acts[dq.outputs[0].name], "float": f_acts[x]}
                 break
     return out

@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from ..errors import InputError, UsageError
-from .modelproto import _NP_OF_ELEM, _constants
+from .modelproto import _NP_OF_ELEM
 
 Progress = Callable[[int, int], None]
 
@@ -170,7 +170,7 @@ def _random_source(model: onnx.ModelProto, specs: list[InputSpec], calib: Calibr
                              f"{', '.join(map(str, dyn))}; random calibration needs the real size: pin it with "
                              f"--input-shape {s.name}=" + ",".join(str(d) if d else "N" for d in s.shape)
                              + " (or calibrate from --calib data).")
-    ranges = {s.name: _input_range(model, s.name) for s in specs}
+    ranges = _input_ranges(model, [s.name for s in specs])
 
     def gen() -> Iterator[dict[str, np.ndarray]]:
         rng = np.random.default_rng(calib.seed)
@@ -195,13 +195,22 @@ def _random_source(model: onnx.ModelProto, specs: list[InputSpec], calib: Calibr
                              description=f"{calib.random_samples} seeded random samples (seed {calib.seed})")
 
 
-def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
-    """The float range a QuantizeLinear right after input ``name`` can represent (None: unknown)."""
-    consts = _constants(model)
-    for node in model.graph.node:
-        if node.op_type == "QuantizeLinear" and node.input[0] == name:
-            s = consts.get(node.input[1])
-            z = consts.get(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
+def _input_ranges(model: onnx.ModelProto, names: list[str]) -> dict[str, tuple[float, float] | None]:
+    """:func:`_input_range` of each graph input in ``names`` (the model read once)."""
+    from ..graph import read_graph
+
+    inputs = {t.name: t for t in read_graph(model).inputs}
+    return {name: _input_range(inputs[name]) if name in inputs else None for name in names}
+
+
+def _input_range(t) -> tuple[float, float] | None:
+    """The float range a QuantizeLinear right after graph input ``t`` (an IR tensor) can represent
+    (None: unknown)."""
+    from ..graph import qparams
+
+    for node in t.outputs:
+        if node.op == "QuantizeLinear" and node.inputs[0] is t:
+            s, z = qparams(node)
             if s is None or z is None or s.size != 1:
                 return None
             info = np.iinfo(z.dtype)

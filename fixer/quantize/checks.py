@@ -4,14 +4,19 @@ islands that remain (:func:`float_islands`).
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 import numpy as np
 import onnx
 from onnx import TensorProto
 
+from .. import ir
 from ..analysis import analyze_model
-from .modelproto import _attr, _constants, _copy, _load_profile, _strip_initializer_inputs, _unique_names
+from ..graph import const_value, gc_paused, read_graph
+from .modelproto import (
+    _copy,
+    _load_profile,
+    _strip_initializer_inputs,
+    _unique_names,
+)
 
 #: Weight input slots whose constants the NPU wants int8 symmetric per channel.
 WEIGHT_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "PRelu")
@@ -20,15 +25,15 @@ WEIGHT_OPS = ("Conv", "ConvTranspose", "Gemm", "MatMul", "PRelu")
 ISLAND_CONSTRAINTS = frozenset({"quantized_activations", "params_quantized", "prelu_slope_quantized", "float_island"})
 
 
-def _weight_axis(node: onnx.NodeProto, rank: int) -> int | None:
-    """The output-channel axis of ``node``'s weight (input 1), None when per-channel does not apply."""
-    op = node.op_type
+def _weight_axis(op: str, attr, rank: int) -> int | None:
+    """The output-channel axis of the weight (input 1) of an ``op`` node whose attributes ``attr(name,
+    default)`` reads; None when per-channel does not apply."""
     if op == "Conv":
         return 0
     if op == "ConvTranspose":
-        return 1 if int(_attr(node, "group", 1)) == 1 else None
+        return 1 if int(attr("group", 1)) == 1 else None
     if op == "Gemm":
-        return 0 if int(_attr(node, "transB", 0)) else 1
+        return 0 if int(attr("transB", 0)) else 1
     if op == "MatMul":
         return rank - 1 if rank == 2 else None
     if op == "PRelu":
@@ -45,13 +50,27 @@ def check_npu_quantization(model: onnx.ModelProto, *, allow_uint8_io: bool = Fal
     constant with all zero-points 0, per channel (one scale per output channel, ``axis`` set) when
     the weight has more than one channel.
     """
+    with gc_paused():  # the graph's objects are many and short-lived: no collector walks over them
+        return _check_npu_quantization(model, allow_uint8_io)
+
+
+def _check_npu_quantization(model: onnx.ModelProto, allow_uint8_io: bool) -> list[str]:
     g = model.graph
-    consts = _constants(model)
-    producers = {o: n for n in g.node for o in n.output}
-    consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-    for n in g.node:
-        for i in n.input:
-            consumers[i].append(n)
+    graph = read_graph(model)
+    tensors = graph.tensors()
+
+    def consumers(name: str) -> list[ir.Node]:
+        t = tensors.get(name)
+        return list(t.outputs) if t is not None else []
+
+    def producer(name: str) -> ir.Node | None:
+        t = tensors.get(name)
+        return t.inputs[0] if t is not None and t.inputs else None
+
+    def const(name: str) -> np.ndarray | None:
+        t = tensors.get(name)
+        return const_value(t) if t is not None and name else None
+
     problems: list[str] = []
     from ..npu.placement import is_oe_export
 
@@ -59,58 +78,61 @@ def check_npu_quantization(model: onnx.ModelProto, *, allow_uint8_io: bool = Fal
     io_ok: set[str] = set()
     if allow_uint8_io:
         for vi in g.input:
-            if consumers[vi.name] and all(c.op_type == "DequantizeLinear" for c in consumers[vi.name]):
+            readers = consumers(vi.name)
+            if readers and all(c.op == "DequantizeLinear" for c in readers):
                 io_ok.add(vi.name)
         for vi in g.output:
-            p = producers.get(vi.name)
-            if p is not None and p.op_type == "QuantizeLinear":
+            p = producer(vi.name)
+            if p is not None and p.op == "QuantizeLinear":
                 io_ok.add(vi.name)
-    edge_nodes = {n.name for n in g.node if n.op_type == "DequantizeLinear" and n.input[0] in io_ok}
-    edge_nodes |= {n.name for n in g.node if n.op_type == "QuantizeLinear" and n.output[0] in io_ok}
-    for t in g.initializer:
-        if t.data_type == TensorProto.UINT8 and any(c.name not in edge_nodes for c in consumers[t.name]):
+    edge_nodes = {n.name for n in graph.nodes if n.op == "DequantizeLinear" and n.inputs[0].name in io_ok}
+    edge_nodes |= {n.name for n in graph.nodes if n.op == "QuantizeLinear" and n.outputs[0].name in io_ok}
+    for t in g.initializer:  # the model's order of its initializers (the order of the findings)
+        if t.data_type == TensorProto.UINT8 and any(c.name not in edge_nodes for c in consumers(t.name)):
             problems.append(f"the constant '{t.name}' is uint8")
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         if vi.type.tensor_type.elem_type == TensorProto.UINT8 and vi.name not in io_ok:
             problems.append(f"the tensor '{vi.name}' is uint8")
-    for n in g.node:
-        if n.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            zp_name = n.input[2] if len(n.input) > 2 else ""
-            io_name = n.input[0] if n.op_type == "DequantizeLinear" else n.output[0]
+    for n in graph.nodes:
+        if n.op in ("QuantizeLinear", "DequantizeLinear"):
+            zp_name = n.inputs[2].name if len(n.inputs) > 2 else ""
+            io_name = n.inputs[0].name if n.op == "DequantizeLinear" else n.outputs[0].name
             if io_name in io_ok:
                 continue
-            if not zp_name and n.op_type == "QuantizeLinear":
+            zp = const(zp_name)
+            if not zp_name and n.op == "QuantizeLinear":
                 problems.append(f"'{n.name}' has no zero-point, so it produces uint8")
-            elif zp_name in consts and consts[zp_name].dtype == np.uint8:
+            elif zp is not None and zp.dtype == np.uint8:
                 problems.append(f"'{n.name}' uses a uint8 zero-point")
-    for n in g.node:
-        if n.op_type not in WEIGHT_OPS or len(n.input) < 2:
+    for n in graph.nodes:
+        if n.op not in WEIGHT_OPS or len(n.inputs) < 2:
             continue
-        w = n.input[1]
-        if w in consts:
-            if consts[w].dtype.kind == "f" and not oe:
-                problems.append(f"the weight '{w}' of '{n.name}' ({n.op_type}) is a float constant, not quantized")
+        w = n.inputs[1].name
+        wv = const(w)
+        if wv is not None:
+            if wv.dtype.kind == "f" and not oe:
+                problems.append(f"the weight '{w}' of '{n.name}' ({n.op}) is a float constant, not quantized")
             continue
-        dq = producers.get(w)
-        if dq is None or dq.op_type != "DequantizeLinear" or dq.input[0] not in consts:
+        dq = producer(w)
+        q = const(dq.inputs[0].name) if dq is not None and dq.op == "DequantizeLinear" else None
+        if q is None:
             continue  # an activation (MatMul of two tensors) - not a weight
-        q = consts[dq.input[0]]
-        scale = consts.get(dq.input[1])
-        zp = consts.get(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
-        where = f"the weight '{w}' of '{n.name}' ({n.op_type})"
+        scale = const(dq.inputs[1].name) if len(dq.inputs) > 1 else None
+        zp = const(dq.inputs[2].name) if len(dq.inputs) > 2 and dq.inputs[2].name else None
+        where = f"the weight '{w}' of '{n.name}' ({n.op})"
         if q.dtype != np.int8:
             problems.append(f"{where} is stored as {q.dtype.name}, not int8")
             continue
         if zp is not None and np.any(zp != 0):
             problems.append(f"{where} is asymmetric (non-zero zero-point)")
-        axis = _weight_axis(n, q.ndim)
+        axis = _weight_axis(n.op, n.attrs.get, q.ndim)
         if axis is None or scale is None:
             continue
         channels = q.shape[axis] if q.ndim > axis else 1
         if channels > 1 and scale.size == 1:
             problems.append(f"{where} is quantized per tensor, not per channel")
         elif scale.size > 1:
-            dq_axis = int(_attr(dq, "axis", 1))
+            dq_axis = int(dq.attrs.get("axis", 1))
             dq_axis = dq_axis + q.ndim if dq_axis < 0 else dq_axis
             if dq_axis != axis or scale.size != channels:
                 problems.append(f"{where} is quantized along axis {dq_axis}, not its output-channel axis {axis}")

@@ -10,20 +10,20 @@ from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import helper
 
+from .. import ir
 from ..analysis import analyze_model
 from ..errors import UsageError
+from ..graph import Editor, gc_paused, qparams, read_graph
 from .calibration import CalibrationOptions, Progress, _reader, open_calibration
 from .checks import _analysis_copy, check_npu_quantization, float_islands
 from .modelproto import (
-    _Graph,
-    _attr,
     _clamp_ir,
     _copy,
+    _export,
     _is_quantized,
+    _keep_initializer_order,
     _load_profile,
-    _remove_dead,
     _rename_back,
     _rename_collisions,
     _strip_initializer_inputs,
@@ -141,10 +141,14 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
     if source.kind == "random":
         warnings.append("calibrated on random data: the new ranges (island tensors without a QuantizeLinear) "
                         "do not reflect real inputs")
-    gr = _Graph(m)
-    original_qdq = {n.name: _qdq_signature(gr, n) for n in m.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")}
-    shared = _share_input_params(m, islands)
+    with gc_paused():
+        graph = ir.import_onnx(m)
+    original_inits = [t.name for t in m.graph.initializer]
+    original_qdq = {n.name: _qdq_signature(n) for n in graph.nodes if n.op in ("QuantizeLinear", "DequantizeLinear")}
+    shared = _share_input_params(graph, islands)
     if shared:
+        m = _export(graph, m)
+        _keep_initializer_order(m, original_inits)
         changes.append(f"{len(shared)} data-movement island node(s) ({', '.join(sorted({_op_of(m, n) for n in shared}))}) "
                        "got QuantizeLinear/DequantizeLinear with the parameters of their already quantized input "
                        "(what onnxruntime gives such ops; its quantizer cannot share parameters with a tensor "
@@ -160,27 +164,28 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
             touched.update(i for i in n.input if i)
             touched.update(o for o in n.output if o)
     renamed = _rename_collisions(m, touched)
-    gr.refresh()
+    graph = read_graph(m)
+    tensors = graph.tensors()
     overrides: dict[str, list[dict]] = {}
     for t in sorted(touched):
-        qs = [c for c in gr.consumers[t] if c.op_type == "QuantizeLinear"]
+        qs = [c for c in tensors[t].outputs if c.op == "QuantizeLinear"] if t in tensors else []
         if not qs:
             continue
-        s, z = gr.qparams(qs[0])
+        s, z = qparams(qs[0])
         if s is None or z is None or np.size(s) != 1:
             continue
-        if len(qs) > 1 and any(not np.array_equal(gr.qparams(q)[0], s) or not np.array_equal(gr.qparams(q)[1], z) for q in qs[1:]):
+        if len(qs) > 1 and any(not np.array_equal(qparams(q)[0], s) or not np.array_equal(qparams(q)[1], z) for q in qs[1:]):
             warnings.append(f"the tensor '{t}' is quantized twice with different parameters; the first is kept")
         if z.dtype != np.int8:
             continue
         overrides[t] = [{"scale": np.array(s.reshape(-1)[0], np.float32), "zero_point": np.array(z.reshape(-1)[0], np.int8)}]
     shared_ops = _ort_shared_param_ops()
-    for n in m.graph.node:  # a data-movement island takes the parameters its output already has
-        if n.name in island_set and n.op_type in shared_ops and n.input and n.input[0] not in overrides:
-            known = [overrides[o] for o in n.output if o in overrides]
-            src = gr.producer.get(n.input[0])
-            if known and (src is None or src.op_type != "DequantizeLinear"):
-                overrides[n.input[0]] = known[0]
+    for n in graph.nodes:  # a data-movement island takes the parameters its output already has
+        if n.name in island_set and n.op in shared_ops and n.inputs and n.inputs[0].name not in overrides:
+            known = [overrides[o.name] for o in n.outputs if o.name in overrides]
+            src = n.inputs[0].inputs[0] if n.inputs[0].inputs else None
+            if known and (src is None or src.op != "DequantizeLinear"):
+                overrides[n.inputs[0].name] = known[0]
     overrides.update(_prelu_slope_overrides(m, island_set))
     overrides.update(_grouped_conv_transpose_overrides(m, island_set))
     overrides.update({k: list(v) for k, v in (tensor_overrides or {}).items()})
@@ -192,8 +197,12 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
     out = _run_quantize_static(m, reader, op_types=op_types, method=calib.method, nodes_to_quantize=islands_for_ort,
                                overrides=overrides, keep_activations=True, model_name=model_name)
     out.producer_name, out.producer_version = producer
-    collapsed = _collapse_requantize_chains(out)
-    _remove_dead(out)
+    with gc_paused():
+        graph = ir.import_onnx(out)
+    collapsed = _collapse_requantize_chains(graph)
+    ort_inits = [t.name for t in out.graph.initializer]
+    out = _export(graph.cleanup(), out)
+    _keep_initializer_order(out, ort_inits)
     _rename_back(out, renamed)
     return _island_result(m, out, source.kind, reader.done, islands, original_qdq, changes, warnings, profile,
                           collapsed, model_name=model_name)
@@ -205,15 +214,14 @@ def _island_result(before: onnx.ModelProto, out: onnx.ModelProto, kind: str, sam
     _clamp_ir(out)
     _check_interface(before, out, model_name)
     island_set = set(islands)
-    gr2 = _Graph(out)
     preserved, changed = 0, []
-    by_name = {n.name: n for n in out.graph.node}
+    by_name = {n.name: n for n in read_graph(out).nodes}
     for name, sig in original_qdq.items():
         n = by_name.get(name)
         if n is None:
             changed.append(f"'{name}' disappeared")
             continue
-        if _qdq_signature(gr2, n) == sig:
+        if _qdq_signature(n) == sig:
             preserved += 1
         else:
             changed.append(f"'{name}' changed its scale or zero-point")
@@ -242,80 +250,79 @@ def _ort_shared_param_ops() -> frozenset[str]:
                      if isinstance(cls, type) and issubclass(cls, (QDQDirect8BitOp, QDQGather, QDQPad, QDQSplit)))
 
 
-def _share_input_params(model: onnx.ModelProto, islands: list[str]) -> list[str]:
+def _share_input_params(graph: ir.Graph, islands: list[str]) -> list[str]:
     """For island data-movement ops reading a DequantizeLinear directly: quantize each float output with
     the parameters of that DequantizeLinear (or of the QuantizeLinear the output already has) - what
     onnxruntime's parameter sharing produces, done here because its quantizer loops forever when the
-    shared input is an already dequantized tensor. Returns the nodes handled."""
+    shared input is an already dequantized tensor. Edits ``graph``; returns the nodes handled."""
     shared_ops = _ort_shared_param_ops()
     island_set = set(islands)
     done: list[str] = []
-    gr = _Graph(model)
-    for node in list(model.graph.node):
-        if node.name not in island_set or node.op_type not in shared_ops or not node.input:
+    ed = Editor(graph, rule_id="requantize_islands", anchor=None, provenance={})
+    out_names = {t.name for t in graph.outputs}
+    for node in list(graph.nodes):
+        if node.name not in island_set or node.op not in shared_ops or not node.inputs:
             continue
-        dq = gr.producer.get(node.input[0])
-        if dq is None or dq.op_type != "DequantizeLinear":
+        x = node.inputs[0]
+        dq = x.inputs[0] if x.inputs else None
+        if dq is None or dq.op != "DequantizeLinear":
             continue
-        s, z = gr.qparams(dq)
+        s, z = qparams(dq)
         if s is None or z is None or np.size(s) != 1:
             continue
-        for o in [o for o in node.output if o]:
-            qs = [c for c in gr.consumers[o] if c.op_type == "QuantizeLinear"]
-            others = [c for c in gr.consumers[o] if c.op_type != "QuantizeLinear"]
-            if qs and not others and o not in gr.outputs:
+        for o in [o for o in node.outputs if o.name]:
+            qs = [c for c in o.outputs if c.op == "QuantizeLinear"]
+            others = [c for c in o.outputs if c.op != "QuantizeLinear"]
+            is_out = o.name in out_names
+            if qs and not others and not is_out:
                 continue
             src = qs[0] if qs else dq
-            s_name, z_name = src.input[1], src.input[2] if len(src.input) > 2 else ""
-            q_out, dq_out = gr.fresh(o + "_QuantizeLinear_Output"), gr.fresh(o + "_DequantizeLinear_Output")
+            params = list(src.inputs[1:3]) if len(src.inputs) > 2 else [src.inputs[1], ir.Variable.empty()]
+            q_out = ir.Variable(ed.name(o.name + "_QuantizeLinear_Output"))
+            dq_out = ir.Variable(ed.name(o.name + "_DequantizeLinear_Output"))
             pre = o
-            if o in gr.outputs:  # keep the graph output's name on the DequantizeLinear
-                pre = gr.fresh(o + "_QuantizeLinear_Input")
-                node.output[list(node.output).index(o)] = pre
+            if is_out:  # keep the graph output's name on the DequantizeLinear
+                pre = ir.Variable(ed.name(o.name + "_QuantizeLinear_Input"))
+                node.outputs[list(node.outputs).index(o)] = pre
                 dq_out = o
             for c in others:
-                for k, i in enumerate(c.input):
-                    if i == o:
-                        c.input[k] = dq_out
-            qn = helper.make_node("QuantizeLinear", [pre, s_name, z_name], [q_out], name=gr.fresh(o + "_QuantizeLinear"))
-            dqn = helper.make_node("DequantizeLinear", [q_out, s_name, z_name], [dq_out],
-                                   name=gr.fresh(o + "_DequantizeLinear"))
-            idx = list(model.graph.node).index(node) + 1
-            model.graph.node.insert(idx, dqn)
-            model.graph.node.insert(idx, qn)
-            if o in gr.outputs:
+                for k, i in enumerate(c.inputs):
+                    if i is o:
+                        c.inputs[k] = dq_out
+            if is_out:
                 for q in qs:
-                    q.input[0] = pre
+                    q.inputs[0] = pre
+            idx = graph.nodes.index(node) + 1
+            ed.node("QuantizeLinear", [pre, *params], [q_out], base=o.name + "_QuantizeLinear", at=idx)
+            ed.node("DequantizeLinear", [q_out, *params], [dq_out], base=o.name + "_DequantizeLinear", at=idx + 1)
         done.append(node.name)
-        gr.refresh()
     return done
 
 
-def _qdq_signature(gr: _Graph, node: onnx.NodeProto) -> tuple:
-    s, z = gr.qparams(node)
-    return (node.op_type,
+def _qdq_signature(node: ir.Node) -> tuple:
+    s, z = qparams(node)
+    return (node.op,
             None if s is None else (str(s.dtype), tuple(np.asarray(s).reshape(-1).tolist())),
             None if z is None else (str(z.dtype), tuple(np.asarray(z).reshape(-1).tolist())),
-            _attr(node, "axis", 1) if s is not None and np.size(s) > 1 else None)
+            node.attrs.get("axis", 1) if s is not None and np.size(s) > 1 else None)
 
 
-def _collapse_requantize_chains(model: onnx.ModelProto) -> int:
+def _collapse_requantize_chains(graph: ir.Graph) -> int:
     """``Q2 -> DQ -> Q`` with identical parameters: Q reads Q2's input directly (exact on int8 values)."""
-    gr = _Graph(model)
     count = 0
-    for q in model.graph.node:
-        if q.op_type != "QuantizeLinear":
+    for q in graph.nodes:
+        if q.op != "QuantizeLinear":
             continue
-        dq = gr.producer.get(q.input[0])
-        if dq is None or dq.op_type != "DequantizeLinear":
+        x = q.inputs[0]
+        dq = x.inputs[0] if x.inputs else None
+        if dq is None or dq.op != "DequantizeLinear":
             continue
-        q2 = gr.producer.get(dq.input[0])
-        if q2 is None or q2.op_type != "QuantizeLinear":
+        y = dq.inputs[0]
+        q2 = y.inputs[0] if y.inputs else None
+        if q2 is None or q2.op != "QuantizeLinear":
             continue
-        sig = _qdq_signature(gr, q)[1:]
-        if _qdq_signature(gr, dq)[1:] == sig and _qdq_signature(gr, q2)[1:] == sig:
-            q.input[0] = q2.input[0]
+        sig = _qdq_signature(q)[1:]
+        if _qdq_signature(dq)[1:] == sig and _qdq_signature(q2)[1:] == sig:
+            q.inputs[0] = q2.inputs[0]
             count += 1
-    if count:
-        gr.refresh()
     return count

@@ -1,18 +1,18 @@
-"""Helpers on a raw ``onnx.ModelProto`` shared by the quantization modules: constants, attributes,
-opset, unique names, dead-node removal, a small producer/consumer index (:class:`_Graph`) and tensor
-renaming.
+"""What stays at the level of a raw ``onnx.ModelProto`` because onnxruntime's quantizer takes and
+returns one: node names and initializer inputs made ready for it, its metadata keys, the IR version
+clamp, and the renames around the names it generates. Reading or editing a graph's structure goes
+through :mod:`fixer.ir` and :mod:`fixer.graph`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-from collections import defaultdict
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 log = logging.getLogger(__name__)
 
@@ -36,27 +36,6 @@ def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
     return m
 
 
-def _constants(model: onnx.ModelProto) -> dict[str, np.ndarray]:
-    out = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output:
-            for a in n.attribute:
-                if a.name == "value":
-                    out[n.output[0]] = numpy_helper.to_array(a.t)
-                elif a.name == "value_float":
-                    out[n.output[0]] = np.array(a.f, np.float32)
-                elif a.name == "value_int":
-                    out[n.output[0]] = np.array(a.i, np.int64)
-    return out
-
-
-def _opset(model: onnx.ModelProto) -> int:
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            return imp.version
-    return 0
-
-
 def _attr(node: onnx.NodeProto, name: str, default=None):
     for a in node.attribute:
         if a.name == name:
@@ -64,26 +43,13 @@ def _attr(node: onnx.NodeProto, name: str, default=None):
     return default
 
 
-def _set_attr(node: onnx.NodeProto, name: str, value) -> None:
-    for i, a in enumerate(node.attribute):
-        if a.name == name:
-            del node.attribute[i]
-            break
-    node.attribute.append(helper.make_attribute(name, value))
+def _unique_names(model: onnx.ModelProto) -> int:
+    """Give every node of a model about to go to onnxruntime a unique name (its node lists and nafix's
+    placement use them), by the rule of :func:`fixer.graph.unique_node_names`; returns how many
+    were renamed."""
+    from ..graph import ProtoNode, unique_node_names
 
-
-def _unique_names(model: onnx.ModelProto) -> None:
-    """Give every node a unique name (onnxruntime's node lists and nafix's placement use them)."""
-    seen: set[str] = set()
-    for i, n in enumerate(model.graph.node):
-        if not n.name or n.name in seen:
-            base = n.name or f"{n.op_type}_{i}"
-            name, k = base, 0
-            while name in seen:
-                name = f"{base}__nafix_{k}"
-                k += 1
-            n.name = name
-        seen.add(n.name)
+    return unique_node_names([ProtoNode(n) for n in model.graph.node])
 
 
 def _strip_initializer_inputs(model: onnx.ModelProto) -> list[str]:
@@ -112,6 +78,37 @@ def _drop_unused_initializers(model: onnx.ModelProto) -> None:
         g.initializer.extend(keep)
 
 
+def _export(graph, template: onnx.ModelProto) -> onnx.ModelProto:
+    """The model of nafix graph ``graph`` (:func:`fixer.ir.export_onnx`) with every model-level field
+    of ``template`` (IR version, opsets, producer, metadata, functions, ...) as ``template`` has it,
+    set or unset alike: the file is the one an in-place edit of ``template`` would have written."""
+    from .. import ir
+
+    out = ir.export_onnx(graph)
+    for fd in out.DESCRIPTOR.fields:
+        if fd.name != "graph":
+            out.ClearField(fd.name)
+    for fd, value in template.ListFields():
+        if fd.name == "graph":
+            continue
+        if getattr(fd, "is_repeated", None) or getattr(fd, "label", None) == 3:  # 3: LABEL_REPEATED
+            getattr(out, fd.name).extend(value)
+        elif fd.type == fd.TYPE_MESSAGE:
+            getattr(out, fd.name).CopyFrom(value)
+        else:
+            setattr(out, fd.name, value)
+    return out
+
+
+def _keep_initializer_order(model: onnx.ModelProto, order: Sequence[str]) -> None:
+    """Put ``model``'s initializers in ``order`` (the order of the model it was exported from, then
+    the constants made since), as the protobuf edits nafix used to do left them: an export writes
+    them in first-use order, which changes the file, not the model. Names not in ``order`` go last."""
+    rank = {name: i for i, name in enumerate(order)}
+    last = len(rank)
+    model.graph.initializer.sort(key=lambda t: rank.get(t.name, last))  # stable: new ones keep their order
+
+
 def _clamp_ir(model: onnx.ModelProto) -> None:
     if model.ir_version > MAX_IR_VERSION:
         model.ir_version = MAX_IR_VERSION
@@ -122,33 +119,6 @@ def _drop_ort_metadata(model: onnx.ModelProto) -> None:
     del model.metadata_props[:]
     for k, v in keep:
         model.metadata_props.add(key=k, value=v)
-
-
-def _remove_dead(model: onnx.ModelProto) -> int:
-    """Remove nodes whose outputs nobody reads, then unused initializers; returns nodes removed."""
-    g = model.graph
-    removed = 0
-    while True:
-        used = {i for n in g.node for i in n.input if i} | {o.name for o in g.output}
-        for n in g.node:
-            for a in n.attribute:
-                if a.type == onnx.AttributeProto.GRAPH:
-                    used |= {i for sn in a.g.node for i in sn.input}
-        dead = [k for k, n in enumerate(g.node) if n.output and not any(o in used for o in n.output if o)]
-        if not dead:
-            break
-        for k in reversed(dead):
-            del g.node[k]
-        removed += len(dead)
-    used = {i for n in g.node for i in n.input if i} | {o.name for o in g.output} | {i.name for i in g.input}
-    keep = [t for t in g.initializer if t.name in used]
-    if len(keep) != len(g.initializer):
-        del g.initializer[:]
-        g.initializer.extend(keep)
-    vi_keep = [v for v in g.value_info if v.name in used or any(v.name in n.output for n in g.node)]
-    del g.value_info[:]
-    g.value_info.extend(vi_keep)
-    return removed
 
 
 def _is_quantized(model: onnx.ModelProto) -> bool:
@@ -183,57 +153,6 @@ def _quiet_onnxruntime():
         yield
     finally:
         root.removeFilter(flt)
-
-
-class _Graph:
-    """Producer/consumer/constant lookups over a ModelProto being edited in place."""
-
-    def __init__(self, model: onnx.ModelProto):
-        self.model = model
-        self.g = model.graph
-        self.refresh()
-
-    def refresh(self) -> None:
-        g = self.g
-        self.inits = {t.name: t for t in g.initializer}
-        self.consts = _constants(self.model)
-        self.producer = {o: n for n in g.node for o in n.output if o}
-        self.consumers: dict[str, list[onnx.NodeProto]] = defaultdict(list)
-        for n in g.node:
-            for i in n.input:
-                if i:
-                    self.consumers[i].append(n)
-        self.inputs = {vi.name for vi in g.input if vi.name not in self.inits}
-        self.outputs = {vi.name for vi in g.output}
-        self.taken = set(self.producer) | set(self.inits) | self.inputs | {n.name for n in g.node}
-
-    def fresh(self, base: str) -> str:
-        k = 0
-        while True:
-            cand = f"{base}__nafix_{k}"
-            if cand not in self.taken:
-                self.taken.add(cand)
-                return cand
-            k += 1
-
-    def add_init(self, base: str, value: np.ndarray) -> str:
-        name = self.fresh(base)
-        t = numpy_helper.from_array(np.asarray(value), name)
-        self.g.initializer.append(t)
-        self.inits[name] = t
-        self.consts[name] = np.asarray(value)
-        return name
-
-    def is_const(self, name: str) -> bool:
-        return name in self.consts
-
-    def qparams(self, node: onnx.NodeProto) -> tuple[np.ndarray | None, np.ndarray | None]:
-        s = self.consts.get(node.input[1]) if len(node.input) > 1 else None
-        if len(node.input) > 2 and node.input[2]:
-            z = self.consts.get(node.input[2])
-        else:
-            z = None if s is None else np.zeros(np.shape(s), np.uint8)
-        return s, z
 
 
 _ORIG_SUFFIX = "__nafix_orig"

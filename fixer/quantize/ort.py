@@ -15,6 +15,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from .. import ir
 from ..errors import InputError, NafixError, UsageError
 from .calibration import CalibrationOptions, Progress, _reader, open_calibration
 from .checks import check_npu_quantization, float_islands
@@ -27,7 +28,6 @@ from .modelproto import (
     _drop_unused_initializers,
     _is_quantized,
     _load_profile,
-    _opset,
     _quiet_onnxruntime,
     _strip_initializer_inputs,
     _unique_names,
@@ -72,7 +72,7 @@ def _prelu_slope_overrides(model: onnx.ModelProto, names: set[str] | None = None
     """TensorQuantOverrides making float PRelu slopes int8 symmetric (per channel when they have
     channels and the opset has per-axis DequantizeLinear)."""
     inits = {t.name: t for t in model.graph.initializer}
-    per_channel = _opset(model) >= MIN_PER_CHANNEL_OPSET
+    per_channel = ir.model_opset(model) >= MIN_PER_CHANNEL_OPSET
     out: dict[str, list[dict]] = {}
     for n in model.graph.node:
         if n.op_type != "PRelu" or len(n.input) < 2 or (names is not None and n.name not in names):
@@ -101,7 +101,7 @@ def _grouped_conv_transpose_overrides(model: onnx.ModelProto, names: set[str] | 
         w = inits.get(n.input[1]) if len(n.input) > 1 else None
         if w is None or w.data_type not in (TensorProto.FLOAT, TensorProto.FLOAT16) or len(w.dims) < 2:
             continue
-        if w.dims[1] == 1 and _opset(model) >= MIN_PER_CHANNEL_OPSET:
+        if w.dims[1] == 1 and ir.model_opset(model) >= MIN_PER_CHANNEL_OPSET:
             out[w.name] = [{"axis": 0, "symmetric": True}]
         else:
             out[w.name] = [{"symmetric": True}]
@@ -212,7 +212,7 @@ def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[s
                     str(src), str(dst), reader,
                     quant_format=QuantFormat.QDQ,
                     op_types_to_quantize=list(op_types),
-                    per_channel=_opset(model) >= MIN_PER_CHANNEL_OPSET,
+                    per_channel=ir.model_opset(model) >= MIN_PER_CHANNEL_OPSET,
                     reduce_range=False,
                     activation_type=QuantType.QInt8,
                     weight_type=QuantType.QInt8,
@@ -299,10 +299,10 @@ def quantize_float_model(model: onnx.ModelProto, *, calib: CalibrationOptions, p
     dropped = _strip_initializer_inputs(work)
     if dropped:
         warnings.append(f"{len(dropped)} initializer(s) listed as graph inputs were treated as constants")
-    converted = _opset(work) < MIN_PER_CHANNEL_OPSET
+    converted = ir.model_opset(work) < MIN_PER_CHANNEL_OPSET
     if converted:
         work = _convert_opset(work, model_name)
-        warnings.append(f"the model was converted from opset {_opset(model)} to {MIN_PER_CHANNEL_OPSET} "
+        warnings.append(f"the model was converted from opset {ir.model_opset(model)} to {MIN_PER_CHANNEL_OPSET} "
                         "(per-channel QuantizeLinear/DequantizeLinear need it)")
     _drop_unused_initializers(work)
     known = {n.name for n in work.graph.node}
@@ -343,7 +343,7 @@ def _convert_opset(model: onnx.ModelProto, model_name: str) -> onnx.ModelProto:
     try:
         return version_converter.convert_version(model, MIN_PER_CHANNEL_OPSET)
     except Exception as exc:  # noqa: BLE001
-        raise InputError(f"{model_name}: the model uses opset {_opset(model)} and could not be converted to opset "
+        raise InputError(f"{model_name}: the model uses opset {ir.model_opset(model)} and could not be converted to opset "
                          f"{MIN_PER_CHANNEL_OPSET}, which per-channel quantization needs ({exc}).") from None
 
 

@@ -9,11 +9,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
+from .. import ir
 from ..errors import UsageError
+from ..graph import Editor, attr, const_value, gc_paused, qparams, unique_node_names
 from .checks import WEIGHT_OPS, _weight_axis
-from .modelproto import _Graph, _attr, _clamp_ir, _copy, _opset, _remove_dead, _set_attr, _unique_names
+from .modelproto import _clamp_ir, _export, _keep_initializer_order
 from .ort import MIN_PER_CHANNEL_OPSET
 
 #: Ops that move int8 values without arithmetic: a uint8 -> int8 shift passes through them exactly.
@@ -39,6 +41,7 @@ class Uint8Conversion:
     weight_errors: dict[str, float] = field(default_factory=dict)
     shifted_tensors: int = 0
     warnings: list[str] = field(default_factory=list)
+    new_constants: list[str] = field(default_factory=list)  # names of the constants made, in order
 
     @property
     def max_weight_error(self) -> float:
@@ -83,12 +86,31 @@ def convert_uint8_to_int8(model: onnx.ModelProto, *, io: str = "keep", requantiz
     """
     if io not in ("keep", "int8"):
         raise UsageError(f"the uint8 interface mode must be keep or int8, not '{io}'.")
+    with gc_paused():
+        graph = ir.import_onnx(model)
+    unique_node_names(graph.nodes)
+    ed = Editor(graph, rule_id="uint8_to_int8", anchor=None, provenance={})
+    conv = convert_uint8_graph(graph, ed, _tensor_types(model), io=io, requantize_weights=requantize_weights,
+                               model_name=model_name)
+    if conv.changes:
+        graph.cleanup()
+    out = _export(graph, model)
+    _keep_initializer_order(out, [t.name for t in model.graph.initializer] + conv.new_constants)
+    if conv.changes:
+        _clamp_ir(out)
+    conv.model = out
+    return conv
+
+
+def convert_uint8_graph(graph: ir.Graph, ed: Editor, types: dict[str, int], *, io: str = "keep",
+                        requantize_weights: bool = True, model_name: str = "the model") -> Uint8Conversion:
+    """:func:`convert_uint8_to_int8` on nafix's graph, edited in place (``model`` of the result is
+    None): new tensors and nodes are named by ``ed``; ``types``: element types by tensor name
+    (:func:`_tensor_types`). A :class:`UsageError` is raised before anything is changed. Dead nodes
+    are left for the caller's cleanup."""
     from ..rewriters import IoChange
 
-    m = _copy(model)
-    _unique_names(m)
-    gr = _Graph(m)
-    types = _tensor_types(m)
+    gr = _Index(graph, ed)
     changes: list[str] = []
     warnings: list[str] = []
     io_changes: list = []
@@ -98,193 +120,224 @@ def convert_uint8_to_int8(model: onnx.ModelProto, *, io: str = "keep", requantiz
     region: set[str] = set()  # tensors whose uint8 values become int8 (value - 128)
     dq_in: set[str] = set()  # DequantizeLinear nodes reading the region
     q_out: set[str] = set()  # QuantizeLinear nodes writing the region
-    stack: list[str] = []
-    for n in m.graph.node:
-        if n.op_type == "QuantizeLinear" and not gr.is_const(n.input[0]):
+    stack: list[ir.Tensor] = []
+    for n in graph.nodes:
+        if n.op == "QuantizeLinear" and not gr.is_const(n.inputs[0]):
             _, z = gr.qparams(n)
             if z is not None and z.dtype == np.uint8:
-                stack.append(n.output[0])
-    u8_inputs = [name for name in gr.inputs if types.get(name) == TensorProto.UINT8]
-    kept_inputs: set[str] = set()
-    input_bridges: dict[str, str] = {}
-    for name in u8_inputs:
-        if not _reaches_dequantize(gr, name):
+                stack.append(n.outputs[0])
+    u8_inputs = [t for t in graph.inputs if type(t) is not ir.Constant and types.get(t.name) == TensorProto.UINT8]
+    input_bridges: list[ir.Tensor] = []
+    for t in u8_inputs:
+        if not _reaches_dequantize(t):
             continue  # a uint8 input that is not quantized data (e.g. indices); leave it
-        direct = all(c.op_type == "DequantizeLinear" for c in gr.consumers[name])
+        direct = all(c.op == "DequantizeLinear" for c in t.outputs)
         if io == "keep" and direct:
-            kept_inputs.add(name)
             continue
         if io == "keep":
-            input_bridges[name] = ""  # filled below once the region is known
-        stack.append(name)
+            input_bridges.append(t)  # bridged below once the region is known
+        stack.append(t)
     while stack:
         t = stack.pop()
-        if t in region:
+        if t.name in region:
             continue
-        region.add(t)
-        for c in gr.consumers[t]:
-            if c.op_type == "DequantizeLinear":
-                if c.input[0] == t:
+        region.add(t.name)
+        for c in t.outputs:
+            if c.op == "DequantizeLinear":
+                if c.inputs[0] is t:
                     dq_in.add(c.name)
                 continue
-            if c.op_type in EXACT_SHIFT_OPS and c.input[0] == t or (c.op_type == "Concat"):
-                if c.op_type == "Resize" and (_attr(c, "mode", b"nearest") not in (b"nearest", "nearest")):
-                    raise UsageError(f"{model_name}: '{c.name}' (Resize, {_attr(c, 'mode')!r}) interpolates uint8 "
+            if c.op in EXACT_SHIFT_OPS and c.inputs[0] is t or (c.op == "Concat"):
+                if c.op == "Resize" and attr(c, "mode", "nearest") != "nearest":
+                    raise UsageError(f"{model_name}: '{c.name}' (Resize, {attr(c, 'mode').encode()!r}) interpolates uint8 "
                                      "values; nafix can shift uint8 to int8 exactly only through data movement.")
-                stack.extend(o for o in c.output if o)
+                stack.extend(o for o in c.outputs if o.name)
                 continue
-            raise UsageError(f"{model_name}: '{c.name}' ({c.op_type}) computes on the uint8 tensor '{t}'; nafix "
+            raise UsageError(f"{model_name}: '{c.name}' ({c.op}) computes on the uint8 tensor '{t.name}'; nafix "
                              "converts uint8 activations exactly only in QDQ models where uint8 tensors pass "
                              "between QuantizeLinear and DequantizeLinear through data movement.")
-    for n in m.graph.node:
-        if n.op_type == "QuantizeLinear" and n.output[0] in region:
+    for n in graph.nodes:
+        if n.op == "QuantizeLinear" and n.outputs[0].name in region:
             q_out.add(n.name)
-    u8_weights = _uint8_or_asym_weights(gr)
-    shift_consts = _uint8_plain_constants(gr, exclude={w for w, _ in u8_weights} if requantize_weights else set())
+    u8_weights = _uint8_or_asym_weights(graph, gr)
+    shift_consts = _uint8_plain_constants(graph, gr, exclude={w.name for w, _ in u8_weights} if requantize_weights else set())
     if not region and not u8_weights and not shift_consts:
-        return Uint8Conversion(m, [], warnings=["the model has no uint8 tensor"])
+        return Uint8Conversion(None, [], warnings=["the model has no uint8 tensor"])
+    outputs = [t for t in graph.outputs if t.name in region]
+    producers = {t.name: t.inputs[0] if t.inputs else None for t in outputs}
+    # everything that can refuse the model is decided before the first change
+    in_params = {t.name: _first_dq_params(t, gr, model_name) for t in (input_bridges if io == "keep" else
+                                                                         [t for t in u8_inputs if t.name in region])}
+    out_params = {t.name: _last_q_params(t, gr, model_name) for t in outputs
+                  if io == "int8" or producers[t.name] is None or producers[t.name].name not in q_out}
+    for n in graph.nodes:
+        if n.name in dq_in or n.name in q_out:
+            gr.check_uint8_zp(n, model_name)
+    for c in shift_consts:
+        for dq in c.outputs:
+            if dq.op == "DequantizeLinear" and dq.inputs[0] is c:
+                gr.check_uint8_zp(dq, model_name)
 
     # --- 2. keep-mode interface: bridges at uint8 inputs and outputs ----------------------------
-    kept_outputs: set[str] = set()
     bridges: set[str] = set()  # nodes nafix adds at kept uint8 edges (already int8 on the inside)
     if io == "keep":
-        for name in list(input_bridges):
-            s, z, axis = _first_dq_params(gr, name, model_name)
-            new = gr.fresh(name + "_int8")
-            for c in list(gr.consumers[name]):
-                for k, i in enumerate(c.input):
-                    if i == name:
-                        c.input[k] = new
-            dq_out = gr.fresh(name + "_dequantized")
-            s_name = gr.add_init(name + "_scale", s)
-            z_name = gr.add_init(name + "_zero_point", z)
-            z8_name = gr.add_init(name + "_zero_point_int8", (z.astype(np.int16) - 128).astype(np.int8))
+        for t in input_bridges:
+            name = t.name
+            s, z, axis = in_params[name]
+            new = ir.Variable(ed.name(name + "_int8"))
+            for c in list(t.outputs):
+                for k, i in enumerate(c.inputs):
+                    if i is t:
+                        c.inputs[k] = new
+            dq_out = ir.Variable(ed.name(name + "_dequantized"))
+            s_c = gr.add_init(name + "_scale", s)
+            z_c = gr.add_init(name + "_zero_point", z)
+            z8_c = gr.add_init(name + "_zero_point_int8", (z.astype(np.int16) - 128).astype(np.int8))
             attrs = {"axis": axis} if axis is not None else {}
-            dq = helper.make_node("DequantizeLinear", [name, s_name, z_name], [dq_out], name=gr.fresh(name + "_DequantizeLinear"), **attrs)
-            q = helper.make_node("QuantizeLinear", [dq_out, s_name, z8_name], [new], name=gr.fresh(name + "_QuantizeLinear"), **attrs)
-            m.graph.node.insert(0, q)
-            m.graph.node.insert(0, dq)
+            dq = ed.node("DequantizeLinear", [t, s_c, z_c], [dq_out], attrs, base=name + "_DequantizeLinear", at=0)
+            q = ed.node("QuantizeLinear", [dq_out, s_c, z8_c], [new], attrs, base=name + "_QuantizeLinear", at=1)
             bridges.update((q.name, dq.name))
             region.discard(name)
-            region.add(new)
-            types[new] = TensorProto.INT8
-            input_bridges[name] = new
+            region.add(new.name)
+            types[new.name] = TensorProto.INT8
             changes.append(f"uint8 input '{name}' kept; an exact DequantizeLinear -> QuantizeLinear(int8) "
                            f"bridge feeds its data-movement consumers")
-        for out in list(gr.outputs):
-            if out not in region:
-                continue
-            p = gr.producer.get(out)
+        for t in outputs:
+            out = t.name
+            p = producers[out]
             if p is not None and p.name in q_out:
                 q_out.discard(p.name)  # a QuantizeLinear writing the output directly keeps uint8
                 region.discard(out)
-                kept_outputs.add(out)
                 continue
-            s, z, axis = _last_q_params(gr, out, model_name)
-            inner = gr.fresh(out + "_int8")
-            for k, o in enumerate(p.output):
-                if o == out:
-                    p.output[k] = inner
-            for c in gr.consumers[out]:
-                for k, i in enumerate(c.input):
-                    if i == out:
-                        c.input[k] = inner
+            s, z, axis = out_params[out]
+            inner = ir.Variable(ed.name(out + "_int8"))
+            for c in list(t.outputs):
+                for k, i in enumerate(c.inputs):
+                    if i is t:
+                        c.inputs[k] = inner
+            for k, o in enumerate(p.outputs):
+                if o is t:
+                    p.outputs[k] = inner
             region.discard(out)
-            region.add(inner)
-            s_name = gr.add_init(out + "_scale", s)
-            z_name = gr.add_init(out + "_zero_point", z)
-            z8_name = gr.add_init(out + "_zero_point_int8", (z.astype(np.int16) - 128).astype(np.int8))
-            deq = gr.fresh(out + "_dequantized")
+            region.add(inner.name)
+            s_c = gr.add_init(out + "_scale", s)
+            z_c = gr.add_init(out + "_zero_point", z)
+            z8_c = gr.add_init(out + "_zero_point_int8", (z.astype(np.int16) - 128).astype(np.int8))
+            deq = ir.Variable(ed.name(out + "_dequantized"))
             attrs = {"axis": axis} if axis is not None else {}
-            bdq = helper.make_node("DequantizeLinear", [inner, s_name, z8_name], [deq],
-                                   name=gr.fresh(out + "_DequantizeLinear"), **attrs)
-            bq = helper.make_node("QuantizeLinear", [deq, s_name, z_name], [out],
-                                  name=gr.fresh(out + "_QuantizeLinear"), **attrs)
-            m.graph.node.extend([bdq, bq])
+            bdq = ed.node("DequantizeLinear", [inner, s_c, z8_c], [deq], attrs, base=out + "_DequantizeLinear")
+            bq = ed.node("QuantizeLinear", [deq, s_c, z_c], [t], attrs, base=out + "_QuantizeLinear")
             bridges.update((bdq.name, bq.name))
             changes.append(f"uint8 output '{out}' kept; an exact DequantizeLinear -> QuantizeLinear(uint8) bridge writes it")
-        gr.refresh()
-        dq_in = {n.name for n in m.graph.node
-                 if n.op_type == "DequantizeLinear" and n.input[0] in region and n.name not in bridges}
-        q_out = {n.name for n in m.graph.node
-                 if n.op_type == "QuantizeLinear" and n.output[0] in region and n.name not in bridges}
+        dq_in = {n.name for n in graph.nodes
+                 if n.op == "DequantizeLinear" and n.inputs[0].name in region and n.name not in bridges}
+        q_out = {n.name for n in graph.nodes
+                 if n.op == "QuantizeLinear" and n.outputs[0].name in region and n.name not in bridges}
 
     if io == "int8":  # recorded before the zero-points below are shifted
-        for name in u8_inputs:
-            if name in region:
-                s, z, _ = _first_dq_params(gr, name, model_name)
-                io_changes.append(IoChange("input", name, "int8", _scalar_or_list(s),
+        for t in u8_inputs:
+            if t.name in region:
+                s, z, _ = in_params[t.name]
+                io_changes.append(IoChange("input", t.name, "int8", _scalar_or_list(s),
                                            _scalar_or_list(z.astype(np.int16) - 128), was="uint8"))
-        for out in gr.outputs:
-            if out in region:
-                s, z, _ = _last_q_params(gr, out, model_name)
-                io_changes.append(IoChange("output", out, "int8", _scalar_or_list(s),
-                                           _scalar_or_list(z.astype(np.int16) - 128), was="uint8"))
+        for t in outputs:
+            s, z, _ = out_params[t.name]
+            io_changes.append(IoChange("output", t.name, "int8", _scalar_or_list(s),
+                                       _scalar_or_list(z.astype(np.int16) - 128), was="uint8"))
 
     # --- 3. shift zero-points of the region's Q/DQ ----------------------------------------------
-    zp_cache: dict[tuple[str, int], str] = {}
+    zp_cache: dict[tuple[str, int], ir.Constant] = {}
 
-    def shifted_zp(node: onnx.NodeProto) -> str:
+    def shifted_zp(node: ir.Node) -> ir.Constant:
         s, z = gr.qparams(node)
-        key = (node.input[2] if len(node.input) > 2 else "", int(np.size(s)))
+        key = (node.inputs[2].name if len(node.inputs) > 2 else "", int(np.size(s)))
         if key not in zp_cache:
-            if z.dtype != np.uint8:
-                raise UsageError(f"{model_name}: '{node.name}' mixes a uint8 tensor with a {z.dtype.name} zero-point.")
             zp_cache[key] = gr.add_init((key[0] or node.name) + "_int8", (z.astype(np.int16) - 128).astype(np.int8))
         return zp_cache[key]
 
-    for n in m.graph.node:
+    for n in graph.nodes:
         if n.name in dq_in or n.name in q_out:
-            z_name = shifted_zp(n)
-            while len(n.input) < 3:
-                n.input.append("")
-            n.input[2] = z_name
-    for n in m.graph.node:  # Pad's constant value in the region shifts too
-        if n.op_type == "Pad" and n.input[0] in region and len(n.input) > 2 and n.input[2]:
-            v = gr.consts.get(n.input[2])
+            _set_input(n, 2, shifted_zp(n))
+    for n in graph.nodes:  # Pad's constant value in the region shifts too
+        if n.op == "Pad" and n.inputs[0].name in region and len(n.inputs) > 2 and n.inputs[2].name:
+            v = gr.value(n.inputs[2])
             if v is not None and v.dtype == np.uint8:
-                n.input[2] = gr.add_init(n.input[2] + "_int8", (v.astype(np.int16) - 128).astype(np.int8))
-    shifted = {t for t in region}
-    _retype(m, shifted, TensorProto.INT8)
+                n.inputs[2] = gr.add_init(n.inputs[2].name + "_int8", (v.astype(np.int16) - 128).astype(np.int8))
+    int8 = ir.np_dtype(TensorProto.INT8)
+    for t in graph.tensors().values():
+        if t.name in region and type(t) is ir.Variable and t.dtype is not None:
+            t.dtype = int8
     n_q, n_dq = len(q_out), len(dq_in)
     if region:
         changes.append(f"{len(region)} uint8 activation tensor(s) made int8 exactly (zero-point - 128, same scale) "
                        f"across {n_q} QuantizeLinear and {n_dq} DequantizeLinear")
 
     # --- 4. constants: exact shift or symmetric per-channel re-quantization ---------------------
-    u8_weight_names = {w for w, _ in u8_weights}
-    plain = [c for c in shift_consts if c not in u8_weight_names]
-    for name in shift_consts:
-        v = gr.consts[name]
-        new_v = gr.add_init(name + "_int8", (v.astype(np.int16) - 128).astype(np.int8))
-        for dq in [c for c in gr.consumers[name] if c.op_type == "DequantizeLinear" and c.input[0] == name]:
-            z_name = shifted_zp(dq)
-            dq.input[0] = new_v
-            while len(dq.input) < 3:
-                dq.input.append("")
-            dq.input[2] = z_name
+    u8_weight_names = {w.name for w, _ in u8_weights}
+    plain = [c for c in shift_consts if c.name not in u8_weight_names]
+    for c in shift_consts:
+        v = gr.value(c)
+        new_v = gr.add_init(c.name + "_int8", (v.astype(np.int16) - 128).astype(np.int8))
+        for dq in [d for d in c.outputs if d.op == "DequantizeLinear" and d.inputs[0] is c]:
+            z_c = shifted_zp(dq)
+            dq.inputs[0] = new_v
+            _set_input(dq, 2, z_c)
     if plain:
         changes.append(f"{len(plain)} uint8 constant(s) read by DequantizeLinear shifted to int8 exactly")
+    opset = graph.opset or 0
     if requantize_weights:
-        per_channel_ok = _opset(m) >= MIN_PER_CHANNEL_OPSET
+        per_channel_ok = opset >= MIN_PER_CHANNEL_OPSET
         if not per_channel_ok and u8_weights:
-            warnings.append(f"opset {_opset(m)} has no per-axis DequantizeLinear: weights re-quantized per tensor")
-        for wname, dq in u8_weights:
-            err = _requantize_weight(gr, wname, dq, per_channel_ok, warnings, model_name)
+            warnings.append(f"opset {opset} has no per-axis DequantizeLinear: weights re-quantized per tensor")
+        for w, dq in u8_weights:
+            err = _requantize_weight(gr, w, dq, per_channel_ok, warnings, model_name)
             if err is not None:
-                weight_errors[wname] = err
+                weight_errors[w.name] = err
         if weight_errors:
             worst = max(weight_errors, key=weight_errors.get)
             changes.append(f"{len(weight_errors)} weight tensor(s) re-quantized to int8 symmetric per channel "
                            f"(max abs weight error {weight_errors[worst]:.3g}, in '{worst}')")
     else:
-        n_u8 = sum(1 for w, _ in u8_weights if gr.consts[w].dtype == np.uint8)
+        n_u8 = sum(1 for w, _ in u8_weights if gr.value(w).dtype == np.uint8)
         if u8_weights:
             changes.append(f"{n_u8} uint8 weight tensor(s) shifted to int8 exactly; {len(u8_weights)} weight(s) stay "
                            "asymmetric, which the NPU rejects (re-run with weight re-quantization)")
-    _remove_dead(m)
-    _clamp_ir(m)
-    return Uint8Conversion(m, changes, io_changes, weight_errors, len(shifted), warnings)
+    return Uint8Conversion(None, changes, io_changes, weight_errors, len(region), warnings, gr.created)
+
+
+class _Index:
+    """Constant values (decoded once) and new constants for one conversion."""
+
+    def __init__(self, graph: ir.Graph, ed: Editor):
+        self.graph = graph
+        self.ed = ed
+        self._values: dict[int, np.ndarray | None] = {}
+        self.created: list[str] = []
+
+    def value(self, t: ir.Tensor) -> np.ndarray | None:
+        key = id(t)
+        if key not in self._values:
+            self._values[key] = const_value(t)
+        return self._values[key]
+
+    def is_const(self, t: ir.Tensor) -> bool:
+        return self.value(t) is not None
+
+    def add_init(self, base: str, value: np.ndarray) -> ir.Constant:
+        c = ir.Constant(self.ed.name(base), np.asarray(value))
+        self.created.append(c.name)
+        return c
+
+    def qparams(self, node: ir.Node) -> tuple[np.ndarray | None, np.ndarray | None]:
+        return qparams(node, self.value)
+
+    def check_uint8_zp(self, node: ir.Node, model_name: str) -> None:
+        _, z = self.qparams(node)
+        if z is None or z.dtype != np.uint8:
+            raise UsageError(f"{model_name}: '{node.name}' mixes a uint8 tensor with a "
+                             f"{'missing' if z is None else z.dtype.name} zero-point.")
+
+
 
 
 def _scalar_or_list(v):
@@ -309,57 +362,57 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
     return out
 
 
-def _reaches_dequantize(gr: _Graph, name: str) -> bool:
-    stack, seen = [name], set()
+def _reaches_dequantize(t: ir.Tensor) -> bool:
+    stack, seen = [t], set()
     while stack:
         t = stack.pop()
-        if t in seen:
+        if t.name in seen:
             continue
-        seen.add(t)
-        for c in gr.consumers[t]:
-            if c.op_type == "DequantizeLinear":
+        seen.add(t.name)
+        for c in t.outputs:
+            if c.op == "DequantizeLinear":
                 return True
-            if c.op_type in EXACT_SHIFT_OPS:
-                stack.extend(o for o in c.output if o)
+            if c.op in EXACT_SHIFT_OPS:
+                stack.extend(o for o in c.outputs if o.name)
     return False
 
 
-def _first_dq_params(gr: _Graph, name: str, model_name: str):
-    """(scale, zero-point, axis) of the DequantizeLinear(s) reached from ``name`` through data movement."""
+def _first_dq_params(t0: ir.Tensor, gr: _Index, model_name: str):
+    """(scale, zero-point, axis) of the DequantizeLinear(s) reached from ``t0`` through data movement."""
     found = []
-    stack, seen = [name], set()
+    stack, seen = [t0], set()
     while stack:
         t = stack.pop()
-        if t in seen:
+        if t.name in seen:
             continue
-        seen.add(t)
-        for c in gr.consumers[t]:
-            if c.op_type == "DequantizeLinear":
+        seen.add(t.name)
+        for c in t.outputs:
+            if c.op == "DequantizeLinear":
                 s, z = gr.qparams(c)
-                found.append((s, z, _attr(c, "axis") if np.size(s) > 1 else None))
-            elif c.op_type in EXACT_SHIFT_OPS:
-                stack.extend(o for o in c.output if o)
-    return _agree(found, name, model_name)
+                found.append((s, z, attr(c, "axis") if np.size(s) > 1 else None))
+            elif c.op in EXACT_SHIFT_OPS:
+                stack.extend(o for o in c.outputs if o.name)
+    return _agree(found, t0.name, model_name)
 
 
-def _last_q_params(gr: _Graph, name: str, model_name: str):
-    """(scale, zero-point, axis) of the QuantizeLinear(s) that produced ``name`` (through data movement)."""
+def _last_q_params(t0: ir.Tensor, gr: _Index, model_name: str):
+    """(scale, zero-point, axis) of the QuantizeLinear(s) that produced ``t0`` (through data movement)."""
     found = []
-    stack, seen = [name], set()
+    stack, seen = [t0], set()
     while stack:
         t = stack.pop()
-        if t in seen:
+        if t.name in seen:
             continue
-        seen.add(t)
-        p = gr.producer.get(t)
+        seen.add(t.name)
+        p = t.inputs[0] if t.inputs else None
         if p is None:
             continue
-        if p.op_type == "QuantizeLinear":
+        if p.op == "QuantizeLinear":
             s, z = gr.qparams(p)
-            found.append((s, z, _attr(p, "axis") if np.size(s) > 1 else None))
-        elif p.op_type in EXACT_SHIFT_OPS:
-            stack.extend(i for i in p.input[:1] if i) if p.op_type != "Concat" else stack.extend(p.input)
-    return _agree(found, name, model_name)
+            found.append((s, z, attr(p, "axis") if np.size(s) > 1 else None))
+        elif p.op in EXACT_SHIFT_OPS:
+            stack.extend(i for i in p.inputs[:1] if i.name) if p.op != "Concat" else stack.extend(p.inputs)
+    return _agree(found, t0.name, model_name)
 
 
 def _agree(found, name: str, model_name: str):
@@ -374,44 +427,52 @@ def _agree(found, name: str, model_name: str):
     return np.asarray(s0), np.asarray(z0), a0
 
 
-def _uint8_or_asym_weights(gr: _Graph) -> list[tuple[str, onnx.NodeProto]]:
+def _uint8_or_asym_weights(graph: ir.Graph, gr: _Index) -> list[tuple[ir.Tensor, ir.Node]]:
     """(constant, its DequantizeLinear) for weights the NPU rejects: uint8, or int8 with a non-zero zero-point."""
     out = []
     seen = set()
-    for n in gr.g.node:
-        if n.op_type not in WEIGHT_OPS or len(n.input) < 2:
+    for n in graph.nodes:
+        if n.op not in WEIGHT_OPS or len(n.inputs) < 2:
             continue
-        dq = gr.producer.get(n.input[1])
-        if dq is None or dq.op_type != "DequantizeLinear" or not gr.is_const(dq.input[0]) or dq.name in seen:
+        w = n.inputs[1]
+        dq = w.inputs[0] if w.inputs else None
+        if dq is None or dq.op != "DequantizeLinear" or not gr.is_const(dq.inputs[0]) or dq.name in seen:
             continue
-        v = gr.consts[dq.input[0]]
+        v = gr.value(dq.inputs[0])
         _, z = gr.qparams(dq)
         if v.dtype == np.uint8 or (v.dtype == np.int8 and z is not None and np.any(z != 0)):
-            out.append((dq.input[0], dq))
+            out.append((dq.inputs[0], dq))
             seen.add(dq.name)
     return out
 
 
-def _uint8_plain_constants(gr: _Graph, exclude: set[str]) -> list[str]:
+def _uint8_plain_constants(graph: ir.Graph, gr: _Index, exclude: set[str]) -> list[ir.Tensor]:
     """uint8 constants read by DequantizeLinear that are not weights to re-quantize (shifted exactly)."""
-    out = []
-    for name, v in gr.consts.items():
-        if v.dtype != np.uint8 or name in exclude:
+    out = {}
+    for t in graph.tensors().values():
+        if t.name in exclude or t.name in out:
             continue
-        if any(c.op_type == "DequantizeLinear" and c.input[0] == name for c in gr.consumers[name]):
-            out.append(name)
-    return sorted(out)
+        if not any(c.op == "DequantizeLinear" and c.inputs[0] is t for c in t.outputs):
+            continue
+        if type(t) is ir.Constant and t.dtype != np.uint8:
+            continue
+        v = gr.value(t)
+        if v is not None and v.dtype == np.uint8:
+            out[t.name] = t
+    return [out[k] for k in sorted(out)]
 
 
-def _requantize_weight(gr: _Graph, wname: str, dq: onnx.NodeProto, per_channel_ok: bool,
+def _requantize_weight(gr: _Index, wt: ir.Tensor, dq: ir.Node, per_channel_ok: bool,
                        warnings: list[str], model_name: str) -> float | None:
     """Re-quantize one weight to int8 symmetric per channel (arithmetic on the dequantized values)."""
-    q = gr.consts[wname]
+    wname = wt.name
+    q = gr.value(wt)
     s, z = gr.qparams(dq)
-    axis_attr = _attr(dq, "axis", 1)
+    axis_attr = attr(dq, "axis", 1)
     w = _dequantize(q, s, z, axis_attr)
-    users = [c for c in gr.consumers[dq.output[0]]]
-    axes = {(_weight_axis(c, q.ndim) if c.op_type in WEIGHT_OPS and list(c.input[1:2]) == [dq.output[0]] else None)
+    dq_out = dq.outputs[0]
+    users = list(dq_out.outputs)
+    axes = {(_weight_axis(c.op, c.attrs.get, q.ndim) if c.op in WEIGHT_OPS and c.inputs[1:2] == [dq_out] else None)
             for c in users}
     axis = axes.pop() if len(axes) == 1 else None
     if not per_channel_ok or q.ndim == 0:
@@ -432,17 +493,23 @@ def _requantize_weight(gr: _Graph, wname: str, dq: onnx.NodeProto, per_channel_o
         new_q = np.clip(np.rint(w / scale.reshape(shape)), -127, 127).astype(np.int8)
     new_w = _dequantize(new_q, scale, np.zeros(scale.shape, np.int8), axis if axis is not None else 1)
     err = float(np.abs(new_w.astype(np.float64) - w.astype(np.float64)).max()) if w.size else 0.0
-    dq.input[0] = gr.add_init(wname + "_int8sym", new_q)
-    dq.input[1] = gr.add_init(dq.input[1] + "_int8sym", scale)
-    while len(dq.input) < 3:
-        dq.input.append("")
-    dq.input[2] = gr.add_init(wname + "_zero_point_int8sym", np.zeros(scale.shape, np.int8))
+    dq.inputs[0] = gr.add_init(wname + "_int8sym", new_q)
+    dq.inputs[1] = gr.add_init(dq.inputs[1].name + "_int8sym", scale)
+    _set_input(dq, 2, gr.add_init(wname + "_zero_point_int8sym", np.zeros(scale.shape, np.int8)))
     if axis is not None:
-        _set_attr(dq, "axis", int(axis))
+        dq.attrs.pop("axis", None)  # re-set last, as it was always written
+        dq.attrs["axis"] = int(axis)
     for c in users:
-        if c.op_type in ("Conv", "ConvTranspose", "Gemm") and len(c.input) > 2 and c.input[2]:
+        if c.op in ("Conv", "ConvTranspose", "Gemm") and len(c.inputs) > 2 and c.inputs[2].name:
             _requantize_bias(gr, c, scale, axis, warnings)
     return err
+
+
+def _set_input(node: ir.Node, k: int, t: ir.Tensor) -> None:
+    """Set input ``k`` of ``node``, padding with empty inputs when it has fewer."""
+    if len(node.inputs) <= k:
+        node.inputs.extend(ir.Variable.empty() for _ in range(k + 1 - len(node.inputs)))
+    node.inputs[k] = t
 
 
 def _dequantize(q: np.ndarray, s, z, axis) -> np.ndarray:
@@ -456,40 +523,36 @@ def _dequantize(q: np.ndarray, s, z, axis) -> np.ndarray:
     return ((qf - np.float32(z.reshape(-1)[0] if z.size else 0)) * np.float32(s.reshape(-1)[0])).astype(np.float32)
 
 
-def _requantize_bias(gr: _Graph, node: onnx.NodeProto, w_scale: np.ndarray, axis, warnings: list[str]) -> None:
+def _requantize_bias(gr: _Index, node: ir.Node, w_scale: np.ndarray, axis, warnings: list[str]) -> None:
     """Re-express the int32 bias of ``node`` with scale ``input_scale * weight_scale`` (per channel)."""
-    bdq = gr.producer.get(node.input[2])
-    if bdq is None or bdq.op_type != "DequantizeLinear" or not gr.is_const(bdq.input[0]):
+    b_t = node.inputs[2]
+    bdq = b_t.inputs[0] if b_t.inputs else None
+    if bdq is None or bdq.op != "DequantizeLinear" or not gr.is_const(bdq.inputs[0]):
         return
-    xdq = gr.producer.get(node.input[0])
-    if xdq is None or xdq.op_type != "DequantizeLinear":
+    x_t = node.inputs[0]
+    xdq = x_t.inputs[0] if x_t.inputs else None
+    if xdq is None or xdq.op != "DequantizeLinear":
         warnings.append(f"the bias of '{node.name}' kept its scale: the input scale of the node is unknown")
         return
     xs, _ = gr.qparams(xdq)
     if xs is None or np.size(xs) != 1:
         return
-    bq = gr.consts[bdq.input[0]]
+    bq = gr.value(bdq.inputs[0])
     bs, bz = gr.qparams(bdq)
-    b = _dequantize(bq, bs, bz, _attr(bdq, "axis", 0)).astype(np.float64)
+    b = _dequantize(bq, bs, bz, attr(bdq, "axis", 0)).astype(np.float64)
     new_s = (np.float32(xs.reshape(-1)[0]) * w_scale.astype(np.float32)).astype(np.float32).reshape(-1)
     if new_s.size == 1 and b.size > 1:
         new_s_b = np.full(b.shape, new_s[0], np.float32)
     else:
         new_s_b = new_s
     new_bq = np.clip(np.rint(b / new_s_b), -2**31, 2**31 - 1).astype(np.int32)
-    bdq.input[0] = gr.add_init(bdq.input[0] + "_int8sym", new_bq)
-    bdq.input[1] = gr.add_init(bdq.input[1] + "_int8sym", new_s if new_s.size > 1 else new_s.reshape(()))
-    while len(bdq.input) < 3:
-        bdq.input.append("")
-    bdq.input[2] = gr.add_init(bdq.input[0] + "_zero_point", np.zeros(new_s.shape if new_s.size > 1 else (), np.int32))
+    bdq.inputs[0] = gr.add_init(bdq.inputs[0].name + "_int8sym", new_bq)
+    bdq.inputs[1] = gr.add_init(bdq.inputs[1].name + "_int8sym", new_s if new_s.size > 1 else new_s.reshape(()))
+    _set_input(bdq, 2, gr.add_init(bdq.inputs[0].name + "_zero_point",
+                                   np.zeros(new_s.shape if new_s.size > 1 else (), np.int32)))
     if new_s.size > 1:
-        _set_attr(bdq, "axis", 0)
-
-
-def _retype(model: onnx.ModelProto, names: set[str], elem: int) -> None:
-    for vi in list(model.graph.input) + list(model.graph.output) + list(model.graph.value_info):
-        if vi.name in names:
-            vi.type.tensor_type.elem_type = elem
+        bdq.attrs.pop("axis", None)
+        bdq.attrs["axis"] = 0
 
 
 def symmetric_output_params(scale, zero_point, dtype=np.int8) -> tuple[np.ndarray, np.ndarray]:

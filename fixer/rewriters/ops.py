@@ -13,7 +13,7 @@ import math
 import numpy as np
 from .. import ir
 
-from ..graph import QDQ_OPS, Editor, GraphView, node_label, qdq_params, read_weight
+from ..graph import QDQ_OPS, Editor, GraphView, attr, node_label, qdq_params, read_weight
 from . import IoChange, Match, NearMiss, RewriteResult, rewriter
 
 _INT8 = (np.dtype(np.int8), np.dtype(np.uint8))
@@ -23,9 +23,6 @@ def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
 
 
-def _attr(node: ir.Node, name: str, default=None):
-    v = node.attrs.get(name, default)
-    return v.decode() if isinstance(v, bytes) else v
 
 
 def _static(t: ir.Tensor) -> list[int] | None:
@@ -351,7 +348,7 @@ def _pointwise_chain(view: GraphView, y: ir.Tensor, limit: int = 8) -> tuple[lis
 
 
 def _explicit_pads(conv: ir.Node, hw: list[int], kernel: list[int], strides: list[int], dil: list[int]) -> list[int]:
-    ap = _attr(conv, "auto_pad", "NOTSET")
+    ap = attr(conv, "auto_pad", "NOTSET")
     if ap in ("NOTSET", None, ""):
         return [int(p) for p in conv.attrs.get("pads", [0] * (2 * len(hw)))]
     if ap == "VALID":
@@ -393,7 +390,7 @@ def _stride_target(view: GraphView, y: ir.Tensor) -> tuple[list[ir.Node], ir.Nod
     w = c.inputs[1]
     depthwise = int(c.attrs.get("group", 1)) > 1 and w.shape is not None and len(w.shape) > 1 and w.shape[1] == 1
     if (k == [1, 1] and all(v == 1 for v in strides) and not any(pads) and not depthwise
-            and _attr(c, "auto_pad", "NOTSET") in ("NOTSET", "VALID", "")):
+            and attr(c, "auto_pad", "NOTSET") in ("NOTSET", "VALID", "")):
         return chain, c
     return None
 
@@ -586,7 +583,7 @@ def depth_to_space(match: Match, ed: Editor) -> RewriteResult:
     xs = _static(x)
     if xs is None or len(xs) != 4:
         raise NearMiss(f"{_q(d2s)} has an input of unknown shape or rank other than 4.")
-    mode = str(_attr(d2s, "mode", "DCR")).upper()
+    mode = str(attr(d2s, "mode", "DCR")).upper()
     if b < 1 or xs[1] % (b * b):
         raise NearMiss(f"{_q(d2s)}: {xs[1]} channels are not a multiple of blocksize^2 = {b * b}.")
     c = xs[1] // (b * b)

@@ -22,9 +22,9 @@ float) and so are the unrolled cells: they reach the NPU once the model is re-qu
 from __future__ import annotations
 
 import numpy as np
-from .. import ir
 
-from ..graph import QDQ_OPS, Editor, node_label, read_weight
+from .. import ir
+from ..graph import QDQ_OPS, Editor, attr, node_label, read_weight
 from . import Match, NearMiss, RewriteResult, rewriter
 
 LSTM_ACTIVATIONS = ("sigmoid", "tanh", "tanh")
@@ -35,20 +35,6 @@ def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
 
 
-def _attr(node: ir.Node, name: str, default=None):
-    v = node.attrs.get(name, default)
-    if isinstance(v, bytes):
-        return v.decode()
-    if isinstance(v, (list, tuple)):
-        return [x.decode() if isinstance(x, bytes) else x for x in v]
-    return v
-
-
-def _opset(match: Match) -> int:
-    for o in match.view.model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            return int(o.version)
-    return 17
 
 
 def _input(node: ir.Node, i: int) -> ir.Tensor | None:
@@ -133,7 +119,7 @@ class _Recurrent:
         x = node.inputs[0]
         self.x = x
         info = view.info(x)
-        if int(_attr(node, "layout", 0) or 0):
+        if int(attr(node, "layout", 0) or 0):
             raise NearMiss(f"{self.label} uses layout=1 (batch first); onnxruntime does not run batch-first "
                            f"recurrent ops, so nafix could not verify an unrolled version (only layout=0 is "
                            f"unrolled).")
@@ -151,7 +137,7 @@ class _Recurrent:
         if self.T > max_steps:
             raise NearMiss(f"{self.label} runs {self.T} time steps; unrolling is limited to {max_steps} "
                            f"(max_steps): the graph would grow by one cell per step.")
-        direction = _attr(node, "direction", "forward") or "forward"
+        direction = attr(node, "direction", "forward") or "forward"
         if direction not in ("forward", "reverse", "bidirectional"):
             raise NearMiss(f"{self.label} has unknown direction '{direction}'.")
         self.direction = direction
@@ -162,7 +148,7 @@ class _Recurrent:
         if self.W.ndim != 3 or self.W.shape[0] != self.nd or self.W.shape[1] % G:
             raise NearMiss(f"{self.label} has input weights of shape {list(self.W.shape)}, not "
                            f"[{self.nd}, {G}*hidden, input].")
-        H = int(_attr(node, "hidden_size", 0) or self.W.shape[1] // G)
+        H = int(attr(node, "hidden_size", 0) or self.W.shape[1] // G)
         self.H = H
         if self.W.shape != (self.nd, G * H, self.I) or self.R.shape != (self.nd, G * H, H):
             raise NearMiss(f"{self.label} has weights W {list(self.W.shape)} and R {list(self.R.shape)} that do "
@@ -182,16 +168,16 @@ class _Recurrent:
                                f"{'' if v is None else ' ' + str(np.asarray(v).tolist())}; unrolling needs every "
                                f"sequence to run all {self.T} steps (sequence_lens absent, or constant and equal "
                                f"to the sequence length).")
-        acts = _attr(node, "activations", None)
+        acts = attr(node, "activations", None)
         if acts:
             want = list(default_acts) * self.nd
             if [a.lower() for a in acts] != want:
                 raise NearMiss(f"{self.label} uses activations {list(acts)}; only the default "
                                f"{[a.capitalize() for a in default_acts]} are unrolled.")
-        if _attr(node, "activation_alpha", None) or _attr(node, "activation_beta", None):
+        if attr(node, "activation_alpha", None) or attr(node, "activation_beta", None):
             raise NearMiss(f"{self.label} sets activation_alpha/activation_beta; only the default activations "
                            f"are unrolled.")
-        clip = _attr(node, "clip", None)
+        clip = attr(node, "clip", None)
         self.clip = float(clip) if clip is not None else None
         if self.clip is not None and self.clip <= 0:
             raise NearMiss(f"{self.label} has clip={self.clip}; the threshold must be positive.")
@@ -205,7 +191,7 @@ class _Recurrent:
             shape = list(v.shape) if v is not None else (list(info.shape) if info.shape is not None else None)
             if shape is not None and shape != want:
                 raise NearMiss(f"{self.label} has initial state '{t.name}' of shape {shape}, not {want}.")
-        self.ops = _Ops(ed, _opset(match), np.float32)
+        self.ops = _Ops(ed, match.view.opset or 17, np.float32)
 
     def _weight(self, idx: int, what: str) -> np.ndarray:
         t = _input(self.node, idx)
@@ -308,7 +294,7 @@ def unroll_lstm(match: Match, ed: Editor) -> RewriteResult:
     to [T, directions, B, H] (rank 4); Y, Y_h and Y_c are built only when read and keep their names."""
     node = match.node
     rec = _Recurrent(match, ed, 4, LSTM_ACTIVATIONS, (5, 6))
-    if int(_attr(node, "input_forget", 0) or 0):
+    if int(attr(node, "input_forget", 0) or 0):
         raise NearMiss(f"{rec.label} couples its input and forget gates (input_forget=1); only input_forget=0 "
                        f"is unrolled.")
     pt = _input(node, 7)
@@ -394,7 +380,7 @@ def unroll_gru(match: Match, ed: Editor) -> RewriteResult:
     node = match.node
     rec = _Recurrent(match, ed, 3, GRU_ACTIVATIONS, (5,))
     o = rec.ops
-    lbr = int(_attr(node, "linear_before_reset", 0) or 0)
+    lbr = int(attr(node, "linear_before_reset", 0) or 0)
     T, B, H = rec.T, rec.B, rec.H
     h0 = rec.state(5)
     x = rec.sequence()

@@ -32,9 +32,9 @@ from fractions import Fraction
 from math import gcd
 
 import numpy as np
-from .. import ir
 
-from ..graph import Editor, node_label, qdq_params
+from .. import ir
+from ..graph import Editor, attr, node_label, qdq_params
 from ..npu.constraints import channel_split_ok
 from . import Match, NearMiss, RewriteResult, rewriter
 
@@ -133,16 +133,6 @@ def plan_axis(mode: str, n: int, m: int, scale: float, *, max_step: int, axis: s
     raise Inexact(f"uses coordinate_transformation_mode '{mode}'")
 
 
-def _attr(node: ir.Node, name: str, default):
-    v = node.attrs.get(name, default)
-    return v.decode() if isinstance(v, bytes) else v
-
-
-def _opset(match: Match) -> int:
-    for o in match.view.model.opset_import:
-        if o.domain in ("", "ai.onnx"):
-            return int(o.version)
-    return 17
 
 
 def _resize_geometry(match: Match) -> tuple[list[int], list[int], list[float], str]:
@@ -161,11 +151,11 @@ def _resize_geometry(match: Match) -> tuple[list[int], list[int], list[float], s
     if not all(isinstance(d, int) and d > 0 for d in shape[1:]):
         raise NearMiss(f"'{label}' has input shape {list(shape)}: channels, height and width must be static "
                        f"(pin the input shape) for a fixed kernel.")
-    opset = _opset(match)
+    opset = match.view.opset or 17  # no default-domain import: the newest nafix builds for
     ins = node.inputs
     axes = node.attrs.get("axes")
     axes = [int(a) % rank for a in axes] if axes is not None else list(range(rank))
-    policy = _attr(node, "keep_aspect_ratio_policy", "stretch")
+    policy = attr(node, "keep_aspect_ratio_policy", "stretch")
 
     def stored(i):
         if len(ins) <= i or not ins[i].name:
@@ -231,11 +221,11 @@ def bilinear_resize_to_conv_transpose(match: Match, ed: Editor) -> RewriteResult
     exact, the edges are sliced on the int8 tensor, and the Resize's output quantization is kept."""
     node, view = match.node, match.view
     label = node_label(node)
-    mode = _attr(node, "mode", "nearest")
+    mode = attr(node, "mode", "nearest")
     if mode != "linear":
         raise NearMiss(f"'{label}' uses mode '{mode}'; NAF003 rebuilds bilinear (linear) Resize only.")
-    opset = _opset(match)
-    ctm = _attr(node, "coordinate_transformation_mode", "asymmetric" if opset < 11 else "half_pixel")
+    opset = match.view.opset or 17  # no default-domain import: the newest nafix builds for
+    ctm = attr(node, "coordinate_transformation_mode", "asymmetric" if opset < 11 else "half_pixel")
     if ctm not in SUPPORTED_MODES:
         raise NearMiss(f"'{label}' uses coordinate_transformation_mode '{ctm}'; NAF003 rebuilds "
                        f"{', '.join(SUPPORTED_MODES)}.")

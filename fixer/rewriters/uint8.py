@@ -1,6 +1,7 @@
 """uint8 -> int8 (NAF014): stedgeai rejects uint8 activations; the exact conversion needs no calibration.
 
-The conversion itself is :func:`fixer.quantize.convert_uint8_to_int8` (the one ``--quantize`` uses):
+The conversion itself is :func:`fixer.quantize.uint8.convert_uint8_graph` (the one ``--quantize`` uses,
+on the live graph here):
 every uint8 QuantizeLinear/DequantizeLinear gets zero-point ``zp - 128`` with the same scale, the
 tensors between them become int8 (the int8 value is the uint8 value minus 128, so every dequantized
 value is unchanged), uint8 graph edges become int8 (the application feeds ``x - 128`` and reads
@@ -11,8 +12,6 @@ whole-model rewriter: the engine runs it alone at the start of a round.
 """
 
 from __future__ import annotations
-
-from .. import ir
 
 from ..errors import NafixError
 from ..graph import Editor
@@ -27,26 +26,17 @@ def uint8_to_int8(match: Match, ed: Editor) -> RewriteResult:
     With `requantize_weights` uint8 or asymmetric weights are re-quantized to int8 symmetric per
     channel (max |w| / 127), as nafix --quantize does; the change is then verified within the rule's
     tolerance instead of bit-exact."""
-    from ..quantize import convert_uint8_to_int8
+    from ..quantize.uint8 import _tensor_types, convert_uint8_graph
 
-    model = match.view.model
     try:
-        conv = convert_uint8_to_int8(model, io="int8", requantize_weights=bool(match.params.get("requantize_weights", True)),
-                                     model_name=f"'{match.node.name}'")
+        conv = convert_uint8_graph(ed.graph, ed, _tensor_types(match.view.model), io="int8",
+                                   requantize_weights=bool(match.params.get("requantize_weights", True)),
+                                   model_name=f"'{match.node.name}'")
     except NafixError as exc:
-        raise NearMiss(exc.message) from None
+        raise NearMiss(exc.message) from None  # raised before the graph is changed
     if not conv.changes:
         raise NearMiss(f"'{match.node.name}' reads a uint8 tensor nafix finds no uint8 QuantizeLinear or "
                        f"DequantizeLinear for.")
-    before = {n.name for n in ed.graph.nodes}
-    new = ir.import_onnx(conv.model)
-    ed.graph.nodes = new.nodes
-    ed.graph.inputs = new.inputs
-    ed.graph.outputs = new.outputs
-    for n in new.nodes:
-        if n.name not in before:
-            ed.provenance[n.name] = ed.rule_id
-            ed.created.append(n)
     io = [IoChange(c.kind, c.name, c.dtype, c.scale, c.zero_point, was=c.was) for c in conv.io_changes]
     detail = "; ".join(conv.changes)
     contract = None
