@@ -435,6 +435,14 @@ def iter_attrs(node: ir.Node) -> Iterable[tuple[str, object]]:
 # ------------------------------------------------------------------------------------------------
 
 
+def rewire(old: ir.Tensor, new: ir.Tensor) -> None:
+    """Make every node that reads ``old`` read ``new`` instead (graph outputs are left alone)."""
+    for consumer in list(old.outputs):
+        for i, t in enumerate(consumer.inputs):
+            if t is old:
+                consumer.inputs[i] = new
+
+
 class Editor:
     """Builds new nodes and tensors in a graph on behalf of one rule applied at one anchor node.
 
@@ -493,10 +501,7 @@ class Editor:
     def replace_uses(self, old: ir.Tensor, new: ir.Tensor, *, keep_name: bool = True) -> None:
         """Make every reader of ``old`` read ``new``. If ``old`` is a graph output, ``new`` takes its
         place (and, with ``keep_name``, its name, so the model's interface keeps its names)."""
-        for consumer in list(old.outputs):
-            for i, t in enumerate(consumer.inputs):
-                if t is old:
-                    consumer.inputs[i] = new
+        rewire(old, new)
         for i, t in enumerate(self.graph.outputs):
             if t is old:
                 if keep_name:

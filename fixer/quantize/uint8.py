@@ -13,7 +13,7 @@ from onnx import TensorProto
 
 from .. import ir
 from ..errors import UsageError
-from ..graph import Editor, attr, const_value, gc_paused, qparams, unique_node_names
+from ..graph import Editor, attr, const_value, gc_paused, qparams, rewire, unique_node_names
 from .checks import WEIGHT_OPS, _weight_axis
 from .modelproto import _clamp_ir, _export, _keep_initializer_order
 from .ort import MIN_PER_CHANNEL_OPSET
@@ -185,10 +185,7 @@ def convert_uint8_graph(graph: ir.Graph, ed: Editor, types: dict[str, int], *, i
             name = t.name
             s, z, axis = in_params[name]
             new = ir.Variable(ed.name(name + "_int8"))
-            for c in list(t.outputs):
-                for k, i in enumerate(c.inputs):
-                    if i is t:
-                        c.inputs[k] = new
+            rewire(t, new)
             dq_out = ir.Variable(ed.name(name + "_dequantized"))
             s_c = gr.add_init(name + "_scale", s)
             z_c = gr.add_init(name + "_zero_point", z)
@@ -211,10 +208,7 @@ def convert_uint8_graph(graph: ir.Graph, ed: Editor, types: dict[str, int], *, i
                 continue
             s, z, axis = out_params[out]
             inner = ir.Variable(ed.name(out + "_int8"))
-            for c in list(t.outputs):
-                for k, i in enumerate(c.inputs):
-                    if i is t:
-                        c.inputs[k] = inner
+            rewire(t, inner)
             for k, o in enumerate(p.outputs):
                 if o is t:
                     p.outputs[k] = inner

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from .. import ir
 
-from ..graph import Editor, GraphView, node_label, qdq_params
+from ..graph import Editor, GraphView, node_label, qdq_params, rewire
 from . import IoChange, Match, NearMiss, RewriteResult, rewriter
 
 #: Ops that only move data: exact on int8 data with a per-tensor scale/zero-point.
@@ -22,14 +22,6 @@ _INT8 = {"int8": np.int8, "uint8": np.uint8}
 
 def _q(node: ir.Node) -> str:
     return f"'{node_label(node)}'"
-
-
-def _rewire(old: ir.Tensor, new: ir.Tensor) -> None:
-    """Make every consumer node of ``old`` read ``new`` (graph outputs are left alone)."""
-    for consumer in list(old.outputs):
-        for i, t in enumerate(consumer.inputs):
-            if t is old:
-                consumer.inputs[i] = new
 
 
 def _is_output(ed: Editor, t: ir.Tensor) -> bool:
@@ -131,7 +123,7 @@ def int8_graph_output(match: Match, ed: Editor) -> RewriteResult:
             # Float readers of the old output keep their value through a copy of its producer.
             prod = old.inputs[0]
             keep = ed.node(prod.op, list(prod.inputs), attrs=dict(prod.attrs), dtype=old.dtype, shape=old.shape)
-            _rewire(old, keep.outputs[0])
+            rewire(old, keep.outputs[0])
         if _is_output(ed, new) or view.is_graph_input(new):
             new = ed.node("Identity", [new], dtype=np.int8, shape=old.shape).outputs[0]
         ed.replace_uses(old, new)
