@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 import onnx
@@ -356,24 +357,8 @@ def _tensor_types(model: onnx.ModelProto) -> dict[str, int]:
     return out
 
 
-def _reaches_dequantize(t: ir.Tensor) -> bool:
-    stack, seen = [t], set()
-    while stack:
-        t = stack.pop()
-        if t.name in seen:
-            continue
-        seen.add(t.name)
-        for c in t.outputs:
-            if c.op == "DequantizeLinear":
-                return True
-            if c.op in EXACT_SHIFT_OPS:
-                stack.extend(o for o in c.outputs if o.name)
-    return False
-
-
-def _first_dq_params(t0: ir.Tensor, gr: _Index, model_name: str):
-    """(scale, zero-point, axis) of the DequantizeLinear(s) reached from ``t0`` through data movement."""
-    found = []
+def _dequantizers(t0: ir.Tensor) -> Iterator[ir.Node]:
+    """The DequantizeLinear nodes that read ``t0``, directly or through data movement (lazily)."""
     stack, seen = [t0], set()
     while stack:
         t = stack.pop()
@@ -382,10 +367,21 @@ def _first_dq_params(t0: ir.Tensor, gr: _Index, model_name: str):
         seen.add(t.name)
         for c in t.outputs:
             if c.op == "DequantizeLinear":
-                s, z = gr.qparams(c)
-                found.append((s, z, attr(c, "axis") if np.size(s) > 1 else None))
+                yield c
             elif c.op in EXACT_SHIFT_OPS:
                 stack.extend(o for o in c.outputs if o.name)
+
+
+def _reaches_dequantize(t: ir.Tensor) -> bool:
+    return next(_dequantizers(t), None) is not None
+
+
+def _first_dq_params(t0: ir.Tensor, gr: _Index, model_name: str):
+    """(scale, zero-point, axis) of the DequantizeLinear(s) reached from ``t0`` through data movement."""
+    found = []
+    for c in _dequantizers(t0):
+        s, z = gr.qparams(c)
+        found.append((s, z, attr(c, "axis") if np.size(s) > 1 else None))
     return _agree(found, t0.name, model_name)
 
 
