@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from .errors import InputError
-from .model_io import prepare_for_runtime, read_npz
+from .model_io import prepare_for_runtime, read_npz, runtime_initializers, runtime_session
 from .rewriters import IoChange
 from .rules import CONTRACT_ORDER, VerifyContract
 
@@ -110,8 +110,8 @@ def session(model: onnx.ModelProto):
     opts.log_severity_level = 3
     # Graph optimizations could fuse Q/DQ differently in the two models; compare the models as written.
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(prepare_for_runtime(model).SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
+    return runtime_session(prepare_for_runtime(model).SerializeToString(), opts,
+                           initializers=runtime_initializers(model))
 
 
 def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
