@@ -657,7 +657,7 @@ def _random_input(rng, type_str: str, shape: list[int]):
 #: From this many initializers (Constant nodes of the main graph count: onnxruntime turns them into
 #: initializers), :func:`runtime_session` creates a session through the path that keeps them in its
 #: graph. Below it, saving the copy costs more than the search it avoids (measured on onnxruntime
-#: 1.32: 5,000 initializers +5%, 10,000 -27%, 49,247 -45% of the session's creation).
+#: 1.32: 5,000 initializers +5%, 10,000 -27%, 49,247 -44% of the session's creation).
 MANY_INITIALIZERS = 10_000
 
 
