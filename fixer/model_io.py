@@ -600,6 +600,14 @@ def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str]) -> None
     missing = _unknown_shape_tensors(model)
     if not missing:
         return
+    # First without running anything: shape arithmetic folded and com.microsoft shape rules (exact
+    # static shapes or nothing; fixer.shape_fill). The run below stays for what that leaves unknown.
+    from .shape_fill import infer_missing
+
+    found = infer_missing(model, missing)
+    if found is not None:
+        model.graph.value_info.extend(found)
+        return
     import numpy as np
     import onnxruntime as ort
     from onnx import helper

@@ -1,0 +1,265 @@
+"""fixer.shape_fill (shapes where ONNX inference gives up, without running the model) against what
+onnxruntime actually produces: the folded shape arithmetic, every com.microsoft shape rule, and the
+whole load path on the shared real models that used to need the onnxruntime probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from fixer import model_io, shape_fill
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+U8 = TensorProto.UINT8
+
+
+def _ort_shapes(model: onnx.ModelProto, names: list[str], feeds: dict) -> dict[str, tuple[int, tuple]]:
+    """(element type, shape) of each tensor in ``names`` in an actual onnxruntime run."""
+    probe = onnx.ModelProto()
+    probe.CopyFrom(model)
+    declared = {o.name for o in probe.graph.output}
+    for n in names:
+        if n not in declared:
+            probe.graph.output.append(helper.ValueInfoProto(name=n))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    values = sess.run(names, feeds)
+    return {n: (helper.np_dtype_to_tensor_dtype(v.dtype), tuple(v.shape)) for n, v in zip(names, values)}
+
+
+def _inferred(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    warnings: list[str] = []
+    inferred = model_io._infer_shapes(model, Path("<test>"), warnings)
+    return inferred, model_io._unknown_shape_tensors(inferred)
+
+
+def _check_against_ort(model: onnx.ModelProto, feeds: dict) -> list[str]:
+    inferred, missing = _inferred(model)
+    assert missing, "the case must leave something unknown to ONNX inference"
+    found = shape_fill.infer_missing(inferred, missing)
+    assert found is not None, "fixer.shape_fill did not resolve the case"
+    assert [vi.name for vi in found] == missing
+    mine = {vi.name: (vi.type.tensor_type.elem_type, tuple(d.dim_value for d in vi.type.tensor_type.shape.dim))
+            for vi in found}
+    assert mine == _ort_shapes(model, missing, feeds)
+    return missing
+
+
+def _const(name: str, arr) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.asarray(arr), name)
+
+
+# ------------------------------------------------------------------------------------------------
+# shape arithmetic folded
+# ------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("opset", [9, 11, 13])
+def test_computed_reshape_matches_onnxruntime(opset):
+    """Shape -> Gather -> Unsqueeze -> Concat (and Cast, Slice, Mul, Div) computing a Reshape target,
+    then ops after the Reshape: shapes and element types equal onnxruntime's."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6, 4, 5])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Cast", ["s"], ["s32"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["s32"], ["s64"], to=TensorProto.INT64),
+        helper.make_node("Gather", ["s64", "i0"], ["n"], axis=0),
+        helper.make_node("Gather", ["s64", "i_last"], ["w"], axis=0),
+        helper.make_node("Mul", ["w", "two"], ["w2"]),
+        helper.make_node("Div", ["w2", "two"], ["w1"]),
+    ]
+    inits = [_const("i0", np.array(0, np.int64)), _const("i_last", np.array(-1, np.int64)),
+             _const("two", np.array(2, np.int64)), _const("minus1", np.array([-1], np.int64))]
+    if opset >= 13:
+        inits.append(_const("ax0", np.array([0], np.int64)))
+        nodes += [helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+                  helper.make_node("Unsqueeze", ["w1", "ax0"], ["w11"])]
+    else:
+        nodes += [helper.make_node("Unsqueeze", ["n"], ["n1"], axes=[0]),
+                  helper.make_node("Unsqueeze", ["w1"], ["w11"], axes=[0])]
+    if opset >= 10:
+        inits += [_const("st", np.array([1], np.int64)), _const("en", np.array([3], np.int64))]
+        nodes.append(helper.make_node("Slice", ["s64", "st", "en"], ["mid"]))
+    else:
+        nodes.append(helper.make_node("Slice", ["s64"], ["mid"], starts=[1], ends=[3]))
+    nodes += [
+        helper.make_node("Concat", ["n1", "minus1", "w11"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["r"]),
+        helper.make_node("Sigmoid", ["r"], ["sg"]),
+        helper.make_node("Softmax", ["sg"], ["y"], axis=1),
+        helper.make_node("Reshape", ["x", "mid2"], ["r2"]),
+    ]
+    nodes.insert(-1, helper.make_node("Concat", ["mid", "minus1"], ["mid2"], axis=0))
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                                          helper.make_tensor_value_info("r2", TensorProto.FLOAT, None)],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7
+    missing = _check_against_ort(m, {"x": np.zeros((2, 6, 4, 5), np.float32)})
+    assert {"r", "y", "r2"} <= set(missing)
+
+
+def test_second_round_folds_a_shape_known_only_after_the_first():
+    """The Shape of a tensor whose shape the first computed Reshape fixes (the ten-vad pattern)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "keep"], ["head"], axis=0),
+        helper.make_node("Concat", ["head", "eight"], ["t1"], axis=0),
+        helper.make_node("Reshape", ["x", "t1"], ["a"]),          # [1, 3, 8]: computed
+        helper.make_node("Relu", ["a"], ["b"]),
+        helper.make_node("Shape", ["b"], ["sb"]),                 # known after round 1 only
+        helper.make_node("Gather", ["sb", "keep"], ["hb"], axis=0),
+        helper.make_node("Concat", ["hb", "two_four"], ["t2"], axis=0),
+        helper.make_node("Reshape", ["b", "t2"], ["y"]),          # [1, 3, 2, 4]
+    ]
+    inits = [_const("keep", np.array([0, 1], np.int64)), _const("eight", np.array([8], np.int64)),
+             _const("two_four", np.array([2, 4], np.int64))]
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    m.ir_version = 4
+    assert "y" in _check_against_ort(m, {"x": np.zeros((1, 3, 8), np.float32)})
+
+
+def test_data_dependent_shape_is_left_to_the_probe():
+    """NonZero's output size depends on the data: nothing here answers, so the onnxruntime probe
+    still runs (and load_model records its shapes, as before)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])
+    nodes = [helper.make_node("NonZero", ["x"], ["nz"]), helper.make_node("Shape", ["nz"], ["s"]),
+             helper.make_node("Reshape", ["x", "s4"], ["y"]), helper.make_node("Cast", ["s"], ["y2"], to=1)]
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                                            helper.make_tensor_value_info("y2", TensorProto.FLOAT, None)],
+                          initializer=[_const("s4", np.array([2, 2], np.int64))])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 7
+    inferred, missing = _inferred(m)
+    assert "nz" in missing
+    assert shape_fill.infer_missing(inferred, missing) is None
+
+
+def test_unknown_contrib_op_is_left_to_the_probe():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])
+    nodes = [helper.make_node("FastGelu", ["x"], ["y"], domain="com.microsoft")]
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)])
+    inferred, missing = _inferred(m)
+    assert missing == ["y"]
+    assert shape_fill.infer_missing(inferred, missing) is None
+
+
+# ------------------------------------------------------------------------------------------------
+# com.microsoft shape rules
+# ------------------------------------------------------------------------------------------------
+
+def _q(name: str, value, dtype=np.float32):
+    return _const(name, np.array(value, dtype))
+
+
+def _contrib_model(nodes, inputs, outputs, inits, opset=13):
+    g = helper.make_graph(nodes, "g", inputs, [helper.ValueInfoProto(name=o) for o in outputs],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 7
+    return m
+
+
+SCALES = [_q("s", 0.05), _q("z", 128, np.uint8), _q("s2", 0.1), _q("z2", 120, np.uint8)]
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("shapes", [([1, 8, 5, 5], [1, 8, 5, 5]), ([1, 8, 5, 5], [8, 1, 1]), ([3, 1], [1, 4])])
+def test_binary_rules_match_onnxruntime(op, shapes):
+    a, b = shapes
+    nodes = [helper.make_node(op, ["a", "s", "z", "b", "s", "z", "s2", "z2"], ["c"], domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["c", "s2", "z2"], ["y"])]
+    m = _contrib_model(nodes, [helper.make_tensor_value_info("a", U8, a), helper.make_tensor_value_info("b", U8, b)],
+                       ["y"], SCALES)
+    feeds = {"a": np.zeros(a, np.uint8), "b": np.zeros(b, np.uint8)}
+    assert set(_check_against_ort(m, feeds)) == {"c", "y"}
+
+
+@pytest.mark.parametrize("op,attrs", [("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1}),
+                                      ("QLinearSoftmax", {"axis": -1, "opset": 13})])
+def test_unary_rules_match_onnxruntime(op, attrs):
+    nodes = [helper.make_node(op, ["x", "s", "z", "s2", "z2"], ["q"], domain="com.microsoft", **attrs),
+             helper.make_node("DequantizeLinear", ["q", "s2", "z2"], ["y"])]
+    m = _contrib_model(nodes, [helper.make_tensor_value_info("x", U8, [1, 3, 4, 5])], ["y"], SCALES)
+    assert set(_check_against_ort(m, {"x": np.zeros((1, 3, 4, 5), np.uint8)})) == {"q", "y"}
+
+
+@pytest.mark.parametrize("axis", [1, -1, 0])
+def test_concat_rule_matches_onnxruntime(axis):
+    shapes = {1: ([1, 2, 4, 4], [1, 5, 4, 4]), -1: ([1, 2, 4, 3], [1, 2, 4, 6]), 0: ([2, 3, 4, 4], [1, 3, 4, 4])}[axis]
+    nodes = [helper.make_node("QLinearConcat", ["s2", "z2", "a", "s", "z", "b", "s", "z"], ["q"], axis=axis,
+                              domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["q", "s2", "z2"], ["y"])]
+    m = _contrib_model(nodes, [helper.make_tensor_value_info("a", U8, shapes[0]),
+                               helper.make_tensor_value_info("b", U8, shapes[1])], ["y"], SCALES)
+    feeds = {"a": np.zeros(shapes[0], np.uint8), "b": np.zeros(shapes[1], np.uint8)}
+    assert set(_check_against_ort(m, feeds)) == {"q", "y"}
+
+
+@pytest.mark.parametrize("channels_last", [0, 1])
+def test_global_average_pool_rule_matches_onnxruntime(channels_last):
+    nodes = [helper.make_node("QLinearGlobalAveragePool", ["x", "s", "z", "s2", "z2"], ["q"],
+                              channels_last=channels_last, domain="com.microsoft"),
+             helper.make_node("DequantizeLinear", ["q", "s2", "z2"], ["y"])]
+    m = _contrib_model(nodes, [helper.make_tensor_value_info("x", U8, [1, 6, 5, 7])], ["y"], SCALES)
+    assert set(_check_against_ort(m, {"x": np.zeros((1, 6, 5, 7), np.uint8)})) == {"q", "y"}
+
+
+@pytest.mark.parametrize("trans_a,trans_b,quantized_out", [(0, 0, True), (1, 1, True), (0, 1, False)])
+def test_qgemm_rule_matches_onnxruntime(trans_a, trans_b, quantized_out):
+    a_shape = [5, 3] if trans_a else [3, 5]
+    b_shape = [4, 5] if trans_b else [5, 4]
+    inits = SCALES + [_const("B", np.ones(b_shape, np.uint8)), _q("bz", 128, np.uint8)]
+    ins = ["a", "s", "z", "B", "s", "bz", ""] + (["s2", "z2"] if quantized_out else [])
+    nodes = [helper.make_node("QGemm", ins, ["q"], transA=trans_a, transB=trans_b, domain="com.microsoft"),
+             helper.make_node("Relu", ["q"], ["r"]) if not quantized_out else
+             helper.make_node("DequantizeLinear", ["q", "s2", "z2"], ["r"])]
+    m = _contrib_model(nodes, [helper.make_tensor_value_info("a", U8, a_shape)], ["r"], inits)
+    assert set(_check_against_ort(m, {"a": np.zeros(a_shape, np.uint8)})) == {"q", "r"}
+
+
+def test_rule_schemas_never_reach_the_real_model():
+    """The rules run on a copy moved to a private domain: the model keeps its com.microsoft nodes and
+    opset imports, and the checker's view of com.microsoft is untouched."""
+    nodes = [helper.make_node("QLinearSigmoid", ["x", "s", "z", "s2", "z2"], ["y"], domain="com.microsoft")]
+    m = _contrib_model(nodes, [helper.make_tensor_value_info("x", U8, [1, 3])], ["y"], SCALES)
+    inferred, missing = _inferred(m)
+    before = inferred.SerializeToString()
+    assert shape_fill.infer_missing(inferred, missing) is not None
+    assert inferred.SerializeToString() == before
+    with pytest.raises(onnx.defs.SchemaError):
+        onnx.defs.get_schema("QLinearSigmoid", 1, "com.microsoft")
+
+
+# ------------------------------------------------------------------------------------------------
+# the shared real models: identical to the onnxruntime probe
+# ------------------------------------------------------------------------------------------------
+
+PROBED = ["hpc203__yolo_fastestv2_model.onnx", "linzaer__version-RFB-320.onnx",
+          "pele__mobilefacenet__PerChannel_quant.onnx", "pele__mobilefacenet_int8_faces.onnx",
+          "tenvad__ten-vad.onnx"]
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")
+@pytest.mark.parametrize("name", PROBED)
+def test_real_models_load_exactly_as_with_the_onnxruntime_probe(name, monkeypatch):
+    path = SHARED / name
+    if not path.exists():
+        pytest.skip(f"{name} is absent")
+    fast = model_io.load_model(path)
+    calls = []
+    real = shape_fill.infer_missing
+    monkeypatch.setattr(shape_fill, "infer_missing", lambda m, miss: calls.append(real(m, miss)) or None)
+    slow = model_io.load_model(path)  # the fast path answered (calls[0]) but the probe's result is kept
+    assert calls and calls[0] is not None, "the fast path no longer resolves this model"
+    assert fast.model.SerializeToString() == slow.model.SerializeToString()
+    assert fast.warnings == slow.warnings
