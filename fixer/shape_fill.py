@@ -48,8 +48,10 @@ def _infer_missing(model: onnx.ModelProto, missing: list[str]) -> list[onnx.Valu
     if ruled is None:
         return None
     folded: dict[str, np.ndarray] = {}
+    wanted = set(missing)
+    wanted.update(n.input[0] for n in g.node if n.op_type == "Shape" and n.input)
     for _ in range(MAX_ROUNDS):
-        shapes, types = _static_shapes(g)
+        shapes, types = _static_shapes(g, wanted)
         found = [shapes.get(n) is not None for n in missing]
         if all(found):
             return [helper.make_tensor_value_info(n, types[n], list(shapes[n])) for n in missing]
@@ -70,19 +72,23 @@ def _infer_missing(model: onnx.ModelProto, missing: list[str]) -> list[onnx.Valu
                 out.type.tensor_type.ClearField("shape")
         work = shape_inference.infer_shapes(work, strict_mode=False, data_prop=True)
         g = work.graph
-    shapes, types = _static_shapes(g)
+    shapes, types = _static_shapes(g, wanted)
     if all(shapes.get(n) is not None for n in missing):
         return [helper.make_tensor_value_info(n, types[n], list(shapes[n])) for n in missing]
     return None
 
 
-def _static_shapes(g: onnx.GraphProto) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+def _static_shapes(g: onnx.GraphProto, wanted: set[str]) -> tuple[dict[str, tuple[int, ...]], dict[str, int]]:
+    """Static shapes and element types of the tensors named in ``wanted`` that have one."""
     shapes: dict[str, tuple[int, ...]] = {}
     types: dict[str, int] = {}
     for t in g.initializer:
-        shapes[t.name] = tuple(t.dims)
-        types[t.name] = t.data_type
+        if t.name in wanted:
+            shapes[t.name] = tuple(t.dims)
+            types[t.name] = t.data_type
     for vi in (*g.input, *g.value_info, *g.output):
+        if vi.name not in wanted:
+            continue
         tt = vi.type.tensor_type
         if not vi.type.HasField("tensor_type") or not tt.HasField("shape") or not tt.elem_type:
             continue
@@ -110,7 +116,8 @@ def _fold(g: onnx.GraphProto, shapes: dict, folded: dict[str, np.ndarray]) -> di
             values.setdefault(t.name, numpy_helper.to_array(t))
     new: dict[str, np.ndarray] = {}
     for node in g.node:
-        if len(node.output) != 1 or node.domain not in ("", "ai.onnx") or node.output[0] in values:
+        if (node.op_type not in _FOLDABLE or len(node.output) != 1 or node.domain not in ("", "ai.onnx")
+                or node.output[0] in values):
             continue
         try:
             v = _eval(node, values, shapes)
@@ -125,6 +132,10 @@ def _fold(g: onnx.GraphProto, shapes: dict, folded: dict[str, np.ndarray]) -> di
         if node.op_type != "Constant":
             new[node.output[0]] = v
     return new
+
+
+_FOLDABLE = frozenset(("Constant", "Shape", "Identity", "Cast", "Gather", "Unsqueeze", "Squeeze", "Concat",
+                       "Slice", "Add", "Sub", "Mul", "Div"))
 
 
 def _size(dims) -> int:
