@@ -149,8 +149,9 @@ def load_model(
         warnings.append(f"onnx checker: {first}")
     except Exception as exc:  # noqa: BLE001 - the checker raises many kinds; none is fatal for analysis
         warnings.append(f"onnx checker could not run: {exc}")
+    flat = len(scan.nodes) == len(model.graph.node) and not len(model.functions)  # no subgraph, no function
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
-    model = _infer_shapes(model, p, warnings)
+    model = _infer_shapes(model, p, warnings, weights_apart=flat)
     if not any(d.pinned_to is None for d in dyn):
         _fill_shapes_by_running(model, warnings)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
@@ -553,7 +554,10 @@ def _pin_input_shapes(
     return found
 
 
-def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str]) -> onnx.ModelProto:
+def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str], *,
+                  weights_apart: bool = False) -> onnx.ModelProto:
+    """ONNX shape inference (data propagation on). ``weights_apart`` (a graph without subgraphs and
+    functions): :func:`_infer_apart`, the same result without copying the weights through it."""
     # Stale value_info from the exporter can contradict pinned inputs; inference recomputes it.
     del model.graph.value_info[:]
     for out in model.graph.output:
@@ -562,10 +566,45 @@ def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str]) -> on
         if any(not d.HasField("dim_value") for d in shape.dim):
             out.type.tensor_type.ClearField("shape")
     try:
+        if weights_apart:
+            return _infer_apart(model)
         return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # noqa: BLE001 - inference errors on odd models must not abort an audit
         warnings.append(f"shape inference failed ({str(exc).splitlines()[0]}); some shapes are unknown")
         return model
+
+
+#: Initializers whose bytes :func:`_infer_apart` keeps out of shape inference: at least this large
+#: and not of an integer type shape arithmetic reads (inference reads the values of small int64/int32
+#: tensors only: Reshape targets, Slice bounds... and a few float scales, far below this size).
+_APART_MIN_BYTES = 4096
+_SHAPE_DATA_TYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+
+
+def _infer_apart(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``infer_shapes(model)`` for a graph without subgraphs or functions, with the large weights'
+    bytes held apart: inference serializes the model, copies it in C++ and returns a new model, so
+    every weight byte was copied four times for shapes that never depend on them. Returns ``model``
+    itself with the inferred value_info and outputs (inference changes nothing else in such a graph;
+    tests/test_shape_fill.py compares the bytes with plain inference on every shared model)."""
+    held = []
+    for t in model.graph.initializer:
+        if t.data_type not in _SHAPE_DATA_TYPES:
+            data = t.raw_data
+            if len(data) >= _APART_MIN_BYTES:
+                held.append((t, data))
+                t.ClearField("raw_data")
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    finally:
+        for t, data in held:
+            t.raw_data = data
+    g, ig = model.graph, inferred.graph
+    del g.value_info[:]
+    g.value_info.extend(ig.value_info)
+    del g.output[:]
+    g.output.extend(ig.output)
+    return model
 
 
 def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:

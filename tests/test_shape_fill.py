@@ -263,3 +263,46 @@ def test_real_models_load_exactly_as_with_the_onnxruntime_probe(name, monkeypatc
     assert calls and calls[0] is not None, "the fast path no longer resolves this model"
     assert fast.model.SerializeToString() == slow.model.SerializeToString()
     assert fast.warnings == slow.warnings
+
+
+# ------------------------------------------------------------------------------------------------
+# shape inference with the weights held apart (model_io._infer_apart)
+# ------------------------------------------------------------------------------------------------
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
+APART_MODELS = sorted(SHARED.glob("*.onnx")) + sorted(SAMPLES.glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", APART_MODELS, ids=lambda p: p.name)
+def test_inference_with_weights_apart_equals_plain_inference(path):
+    """Byte for byte, with the weights back in place, on every shared and sample model without
+    subgraphs or functions (what load_model gives it)."""
+    model = onnx.load(str(path))
+    if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+           for n in model.graph.node for a in n.attribute) or len(model.functions):
+        pytest.skip("subgraphs or functions: load_model uses plain inference")
+    warnings: list[str] = []
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    plain = model_io._infer_shapes(model, path, warnings)
+    apart = model_io._infer_shapes(twin, path, warnings, weights_apart=True)
+    assert not warnings
+    assert apart.SerializeToString() == plain.SerializeToString()
+
+
+def test_weights_apart_really_strips_large_weights(monkeypatch):
+    """The fast path is taken (inference sees no large float weight) and the weights come back."""
+    w = np.arange(16 * 8 * 3 * 3, dtype=np.float32).reshape(16, 8, 3, 3)
+    g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 8, 5, 5])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(w, "w")])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    seen = []
+    real = model_io.shape_inference.infer_shapes
+    monkeypatch.setattr(model_io.shape_inference, "infer_shapes",
+                        lambda m, **k: seen.append(len(m.graph.initializer[0].raw_data)) or real(m, **k))
+    out = model_io._infer_shapes(model, Path("<test>"), [], weights_apart=True)
+    assert seen == [0]
+    np.testing.assert_array_equal(numpy_helper.to_array(out.graph.initializer[0]), w)
+    assert [d.dim_value for d in out.graph.output[0].type.tensor_type.shape.dim] == [1, 16, 3, 3]
