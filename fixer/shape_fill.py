@@ -44,6 +44,9 @@ def _infer_missing(model: onnx.ModelProto, missing: list[str]) -> list[onnx.Valu
     work = onnx.ModelProto()
     work.CopyFrom(model)
     g = work.graph
+    for t in g.initializer:  # the copy's large weights are never read here nor by inference (model_io._infer_apart)
+        if t.data_type not in _INT and len(t.raw_data) >= 4096:
+            t.ClearField("raw_data")
     ruled = _rule_nodes(work)
     if ruled is None:
         return None
