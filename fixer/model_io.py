@@ -150,10 +150,12 @@ def load_model(
     except Exception as exc:  # noqa: BLE001 - the checker raises many kinds; none is fatal for analysis
         warnings.append(f"onnx checker could not run: {exc}")
     flat = len(scan.nodes) == len(model.graph.node) and not len(model.functions)  # no subgraph, no function
+    # (inference changes no node: the outputs whose shapes the probe wants are known already)
+    produced = [o for op, outs in zip(scan.ops, scan.outputs) if op != "Constant" for o in outs if o]
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
     model = _infer_shapes(model, p, warnings, weights_apart=flat)
     if not any(d.pinned_to is None for d in dyn):
-        _fill_shapes_by_running(model, warnings)
+        _fill_shapes_by_running(model, warnings, produced=produced)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
                        imported=imported)
 
@@ -174,12 +176,13 @@ class _NodeScan:
     ``onnx.external_data_helper`` loads) keeps its data in an external file.
     """
 
-    __slots__ = ("nodes", "inputs", "outputs", "bad_text", "external")
+    __slots__ = ("nodes", "inputs", "outputs", "ops", "bad_text", "external")
 
     def __init__(self, graph: onnx.GraphProto, functions=()):
         top = list(graph.node)
         self.inputs = [n.input[:] for n in top]  # (a slice copies in C: twice as fast as list())
         self.outputs = [n.output[:] for n in top]
+        self.ops = [n.op_type for n in top]
         self.nodes: list = []
         self.bad_text = None
         self.external = any(t.data_location == _EXTERNAL for t in graph.initializer)
@@ -618,25 +621,30 @@ def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _unknown_shape_tensors(model: onnx.ModelProto) -> list[str]:
-    """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs."""
+def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = None) -> list[str]:
+    """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs
+    (``produced``: those outputs' names, in node order, when the caller has them)."""
     g = model.graph
     known = {t.name for t in g.initializer}
+    static: dict[bytes, bool] = {}  # serialized TensorTypeProto -> fully static (few distinct per graph)
     for vi in itertools.chain(g.value_info, g.output, g.input):
         tt = vi.type.tensor_type
-        if tt.HasField("shape"):
-            for d in tt.shape.dim:
-                if not d.HasField("dim_value"):
-                    break
-            else:
-                known.add(vi.name)
-    return [o for node in g.node if node.op_type != "Constant" for o in node.output if o and o not in known]
+        key = tt.SerializeToString()
+        ok = static.get(key)
+        if ok is None:
+            ok = static[key] = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+        if ok:
+            known.add(vi.name)
+    if produced is None:
+        produced = [o for node in g.node if node.op_type != "Constant" for o in node.output if o]
+    return [o for o in produced if o not in known]
 
 
-def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str]) -> None:
+def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, produced: list[str] | None = None) -> None:
     """Where ONNX shape inference gives up (contrib ops, shape arithmetic), run the model once in
-    onnxruntime on seeded data and record the shapes and types it actually produced."""
-    missing = _unknown_shape_tensors(model)
+    onnxruntime on seeded data and record the shapes and types it actually produced (``produced``:
+    as for :func:`_unknown_shape_tensors`)."""
+    missing = _unknown_shape_tensors(model, produced)
     if not missing:
         return
     # First without running anything: shape arithmetic folded and com.microsoft shape rules (exact

@@ -306,3 +306,39 @@ def test_weights_apart_really_strips_large_weights(monkeypatch):
     assert seen == [0]
     np.testing.assert_array_equal(numpy_helper.to_array(out.graph.initializer[0]), w)
     assert [d.dim_value for d in out.graph.output[0].type.tensor_type.shape.dim] == [1, 16, 3, 3]
+
+
+def _unknown_reference(model: onnx.ModelProto) -> list[str]:
+    """The plain per-dimension walk model_io._unknown_shape_tensors replaces (no caching)."""
+    g = model.graph
+    known = {t.name for t in g.initializer}
+    for vi in (*g.value_info, *g.output, *g.input):
+        tt = vi.type.tensor_type
+        if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+            known.add(vi.name)
+    return [o for n in g.node if n.op_type != "Constant" for o in n.output if o and o not in known]
+
+
+@pytest.mark.parametrize("path", APART_MODELS, ids=lambda p: p.name)
+def test_unknown_shape_tensors_equal_the_plain_walk(path, monkeypatch):
+    """What load_model asks the probe for (from its node scan, types decoded once per distinct
+    type) is what the plain walk finds, on every shared and sample model."""
+    asked = []
+    monkeypatch.setattr(model_io, "_fill_shapes_by_running",
+                        lambda m, w, produced=None: asked.append((model_io._unknown_shape_tensors(m, produced),
+                                                                  _unknown_reference(m))))
+    model_io.load_model(path)
+    for got, want in asked:
+        assert got == want
+
+
+def test_unknown_shape_tensors_tells_symbolic_and_zero_dims_apart():
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], [n]) for n in ("a", "b", "c", "d")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, [1, 2])],
+        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2]),
+                    helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "n"]),
+                    helper.make_tensor_value_info("c", TensorProto.FLOAT, [0, 2])])
+    m = helper.make_model(g)
+    assert model_io._unknown_shape_tensors(m) == ["b"] == _unknown_reference(m)
