@@ -440,6 +440,12 @@ def _check_acyclic(graph: onnx.GraphProto, path: Path, scan: _NodeScan | None = 
             if out:
                 producers[out] = i
     n_nodes = len(scan.outputs)
+    # the common case: every node reads only what earlier nodes produce (sorted, hence acyclic)
+    for i, ins in enumerate(scan.inputs):
+        if any(producers.get(t, -1) >= i for t in ins):
+            break
+    else:
+        return
     indeg = [0] * n_nodes
     users: list[list[int]] = [[] for _ in range(n_nodes)]
     for i, ins in enumerate(scan.inputs):
