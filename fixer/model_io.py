@@ -149,7 +149,8 @@ def load_model(
         warnings.append(f"onnx checker: {first}")
     except Exception as exc:  # noqa: BLE001 - the checker raises many kinds; none is fatal for analysis
         warnings.append(f"onnx checker could not run: {exc}")
-    flat = len(scan.nodes) == len(model.graph.node) and not len(model.functions)  # no subgraph, no function
+    # shape inference of a graph without subgraphs, functions or training graphs: _infer_apart
+    flat = not scan.subgraphs and not len(model.functions) and not len(model.training_info)
     # (inference changes no node: the outputs whose shapes the probe wants are known already)
     produced = [o for op, outs in zip(scan.ops, scan.outputs) if op != "Constant" for o in outs if o]
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
@@ -176,7 +177,7 @@ class _NodeScan:
     ``onnx.external_data_helper`` loads) keeps its data in an external file.
     """
 
-    __slots__ = ("nodes", "inputs", "outputs", "ops", "bad_text", "external")
+    __slots__ = ("nodes", "inputs", "outputs", "ops", "bad_text", "external", "subgraphs")
 
     def __init__(self, graph: onnx.GraphProto, functions=()):
         top = list(graph.node)
@@ -185,6 +186,7 @@ class _NodeScan:
         self.ops = [n.op_type for n in top]
         self.nodes: list = []
         self.bad_text = None
+        self.subgraphs = False  # some node has a GRAPH or GRAPHS attribute (even an empty one)
         self.external = any(t.data_location == _EXTERNAL for t in graph.initializer)
         self._walk(top)
         for fn in functions:  # functions are no graph nodes: only their attribute tensors count
@@ -214,6 +216,7 @@ class _NodeScan:
                                 self.bad_text = (node, attr)
                                 break
                 elif kind == _GRAPH or kind == _GRAPHS:
+                    self.subgraphs = True
                     subgraphs = subgraphs or []
                     subgraphs.extend((attr.g,) if kind == _GRAPH else attr.graphs)
                 if not self.external and (attr.HasField("t") or attr.tensors):

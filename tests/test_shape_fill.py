@@ -342,3 +342,22 @@ def test_unknown_shape_tensors_tells_symbolic_and_zero_dims_apart():
                     helper.make_tensor_value_info("c", TensorProto.FLOAT, [0, 2])])
     m = helper.make_model(g)
     assert model_io._unknown_shape_tensors(m) == ["b"] == _unknown_reference(m)
+
+
+def test_a_graph_with_subgraphs_gets_plain_inference(tmp_path, monkeypatch):
+    """Even empty If branches: inference may type a subgraph, which _infer_apart would not copy back."""
+    then_g = helper.make_graph([], "then", [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([], "else", [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(True), "cv")),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    p = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)]), p)
+
+    def refuse(model):
+        raise AssertionError("_infer_apart on a graph with subgraphs")
+
+    monkeypatch.setattr(model_io, "_infer_apart", refuse)
+    loaded = model_io.load_model(p)
+    assert not any("shape inference failed" in w for w in loaded.warnings)
