@@ -361,3 +361,59 @@ def test_a_graph_with_subgraphs_gets_plain_inference(tmp_path, monkeypatch):
     monkeypatch.setattr(model_io, "_infer_apart", refuse)
     loaded = model_io.load_model(p)
     assert not any("shape inference failed" in w for w in loaded.warnings)
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_more_folded_ops_match_onnxruntime(opset):
+    """Negative Gather index and Unsqueeze axes, Squeeze, Sub, Add, a negative Slice start, an int32
+    Cast round trip and Identity: the folded Reshape targets give onnxruntime's shapes."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4, 4, 5])
+    inits = [_const("im2", np.array(-2, np.int64)), _const("one", np.array(1, np.int64)),
+             _const("neg2", np.array([-2], np.int64)), _const("big", np.array([100], np.int64))]
+    if opset >= 13:
+        inits += [_const("axm1", np.array([-1], np.int64)), _const("ax0", np.array([0], np.int64))]
+        unsq = [helper.make_node("Unsqueeze", ["c", "axm1"], ["c1"]),
+                helper.make_node("Unsqueeze", ["c1", "ax0"], ["c2"]),   # [[c]]
+                helper.make_node("Squeeze", ["c2", "ax0"], ["c3"])]     # [c]
+    else:
+        unsq = [helper.make_node("Unsqueeze", ["c"], ["c1"], axes=[-1]),
+                helper.make_node("Unsqueeze", ["c1"], ["c2"], axes=[0]),
+                helper.make_node("Squeeze", ["c2"], ["c3"], axes=[0])]
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Gather", ["s", "im2"], ["a"], axis=0),          # 4
+        helper.make_node("Sub", ["a", "one"], ["b"]),                     # 3
+        helper.make_node("Add", ["b", "one"], ["c"]),                     # 4
+        *unsq,
+        helper.make_node("Slice", ["s", "neg2", "big"], ["tail"]) if opset >= 10 else None,
+        helper.make_node("Identity", ["tail"], ["tail_i"]),
+        helper.make_node("Cast", ["tail_i"], ["tail32"], to=TensorProto.INT32),
+        helper.make_node("Cast", ["tail32"], ["tail64"], to=TensorProto.INT64),  # [4, 5]
+        helper.make_node("Concat", ["c3", "tail64"], ["t"], axis=0),     # [4, 4, 5]
+        helper.make_node("Reshape", ["x", "t2"], ["y"]),
+    ]
+    nodes.insert(-1, helper.make_node("Concat", ["minus1", "t"], ["t2"], axis=0))  # [-1, 4, 4, 5]
+    inits.append(_const("minus1", np.array([-1], np.int64)))
+    g = helper.make_graph([n for n in nodes if n is not None], "g", [x],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 7
+    assert "y" in _check_against_ort(m, {"x": np.zeros((2, 4, 4, 5), np.float32)})
+
+
+def test_an_impossible_computed_reshape_is_left_to_the_probe():
+    """A folded target that does not divide the element count: ONNX inference gives no shape, so
+    nothing is answered here (onnxruntime's own run then reports it cannot run the model)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4, 5])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "st", "en"], ["tail"]),          # [4, 5]
+             helper.make_node("Concat", ["m1", "tail", "tail"], ["t"], axis=0),  # [-1, 4, 5, 4, 5]
+             helper.make_node("Reshape", ["x", "t"], ["y"])]
+    inits = [_const("st", np.array([2], np.int64)), _const("en", np.array([4], np.int64)),
+             _const("m1", np.array([-1], np.int64))]
+    g = helper.make_graph(nodes, "g", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    inferred, missing = _inferred(m)
+    assert missing == ["y"]
+    assert shape_fill.infer_missing(inferred, missing) is None
