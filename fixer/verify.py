@@ -522,15 +522,30 @@ def verify(
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
         raise original_failed(exc) from None
     feeds = list(inputs) if inputs is not None else make_inputs(original, seed=seed, samples=samples, sess=s_orig)
-    try:
-        s_fix = session(_with_outputs(fixed, extra))
-    except Exception as exc:  # noqa: BLE001 - a rewrite that onnxruntime rejects fails the gate, not nafix
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
-                            f"the rewritten model does not load in onnxruntime: {first}")
-        return Verification(False, contract, list(rules), [check], src, len(feeds))
     fetched = set(extra) | set(capture) | set(front) | set(rcap)
     names = [o.name for o in s_orig.get_outputs() if o.name not in fetched]
+    # no part: the whole fixed model runs, with the isolated rewritten regions in its session (which
+    # loads only where the fixed model does); they read what each input set's captured values hold
+    whole = None
+    if fpart is None and feeds and any(b.inputs for b in boundaries):
+        whole = _WholeRun.build(fixed, boundaries, extra, set(feeds[0]) | set(names) | set(extra) | set(capture),
+                                in_changes)
+
+    def load_fixed():
+        try:
+            return session(_with_outputs(fixed, extra)), None
+        except Exception as exc:  # noqa: BLE001 - a rewrite that onnxruntime rejects fails the gate, not nafix
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
+                                f"the rewritten model does not load in onnxruntime: {first}")
+            return None, Verification(False, contract, list(rules), [check], src, len(feeds))
+
+    if whole is not None:
+        s_fix = whole.sess
+    else:
+        s_fix, failed = load_fixed()
+        if failed is not None:
+            return failed
     fixed_names = {o.name for o in s_fix.get_outputs()}
     missing = [n for n in names if n not in fixed_names]
     if missing:
@@ -592,6 +607,14 @@ def verify(
                 part_runs += 1
             except Exception:  # noqa: BLE001 - the part does not run on its own: the whole model runs
                 prun = None
+        if got is None and whole is not None:
+            try:
+                got = whole.run(names + extra, ffeed, captured[-1])
+            except Exception:  # noqa: BLE001 - maybe a region: the fixed model alone from here on, the regions apart
+                whole = None
+                s_fix, failed = load_fixed()
+                if failed is not None:
+                    return failed
         try:
             if got is None:
                 got = s_fix.run(names + extra, ffeed)
@@ -616,6 +639,8 @@ def verify(
     bchecks = []
     rates: dict[str, float] = {}  # boundary tensor -> fraction of values the rewrite changed there
     isolated = prun.isolated() if prun is not None and part_runs == len(feeds) else None
+    if isolated is None and whole is not None and whole.runs == len(feeds):
+        isolated = whole.isolated()
     if isolated is None:
         isolated = _isolated_boundaries(fixed, boundaries, captured, in_changes)
     for bc in boundaries:
@@ -971,7 +996,7 @@ def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Ma
     return FixedPart(part, frozenset(same), frontier, f_inputs)
 
 
-def _constants(model: onnx.ModelProto) -> set[str]:
+def _computed_from_initializers(model: onnx.ModelProto) -> set[str]:
     """The initializers of ``model`` and the tensors computed from initializers alone."""
     const = {t.name for t in model.graph.initializer}
     for n in model.graph.node:  # topologically sorted
@@ -986,7 +1011,7 @@ def _with_constant_inputs(fixed: onnx.ModelProto, nodes: Sequence[onnx.NodeProto
     from the same bytes, rather than having it fetched from the original's run and fed (fetching
     keeps every such tensor of the original's run apart, and copies it)."""
     producer = {o: n for n in fixed.graph.node for o in n.output if o}
-    const = _constants(fixed)
+    const = _computed_from_initializers(fixed)
     keep = {id(n) for n in nodes}
     todo = [i for n in nodes for i in n.input if i and i in same and i in producer and i in const]
     while todo:
@@ -1045,7 +1070,7 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
     f_made = {o for n in fixed.graph.node for o in n.output if o}
     diff = [n for n in rest if not (_same_node(producer.get(next((o for o in n.output if o), "")), n)
                                     and all(i in same or i in f_made for i in n.input if i))]
-    const = _constants(fixed)
+    const = _computed_from_initializers(fixed)
     computing = lambda nodes: sum(1 for n in nodes if any(i not in const for i in n.input if i))  # noqa: E731
     heavy = lambda nodes: sum(1 for n in nodes if n.op_type in HEAVY_OPS)  # noqa: E731
     runs = list(fixed.graph.node) if replaces is None else list(replaces)
@@ -1182,6 +1207,56 @@ class _PartRun:
         """What :func:`_isolated_boundaries` returns, from this session's runs (None: not run here)."""
         if not self.regions_ok:
             return None
+        return {t: (np.concatenate(r), np.concatenate(g)) for t, (r, g) in self.regions.items()}
+
+
+class _WholeRun:
+    """The gate's runs of the whole fixed model (where no :class:`FixedPart` applies) with the isolated
+    rewritten regions (:func:`_isolated_boundaries`, their tensors renamed) in the same session, as
+    :class:`_PartRun` has them in the part's: one session for both, which loads only where the fixed
+    model does (the regions' tensors are apart from its own)."""
+
+    def __init__(self, sess, tensors: list[str], need: dict[str, type], in_changes: Mapping[str, IoChange]):
+        self.sess, self.tensors, self.need, self.in_changes = sess, tensors, need, in_changes
+        self.regions: dict[str, tuple[list, list]] = {t: ([], []) for t in tensors}
+        self.runs = 0  # input sets run so far
+
+    @classmethod
+    def build(cls, fixed: onnx.ModelProto, boundaries: Sequence[BoundaryCheck], extra: Sequence[str],
+              keys: set[str], in_changes: Mapping[str, IoChange]) -> "_WholeRun | None":
+        """The session, or None where the regions do not join the fixed model (``keys``: the names
+        each input set's captured values hold, as :func:`_isolated_boundaries` reads them)."""
+        region = _region_model(fixed, boundaries, dict.fromkeys(keys))
+        if region is None:
+            return None
+        own = (_tensor_names(fixed) | {vi.name for vi in fixed.graph.input} | {vi.name for vi in fixed.graph.output}
+               | {t.name for t in fixed.graph.initializer})
+        if any(n.endswith(REGION) for n in own):
+            return None
+        try:
+            sess = session(_merged(_with_outputs(fixed, extra), _renamed(region[0], REGION)))
+        except Exception:  # noqa: BLE001 - the fixed model loads on its own (or fails the gate) and the regions apart
+            return None
+        need = {i.name[:-len(REGION)]: NP_TYPES.get(i.type) for i in sess.get_inputs() if i.name.endswith(REGION)}
+        if not all(n in keys for n in need):
+            return None
+        return cls(sess, region[1], need, in_changes)
+
+    def run(self, outs: list[str], ffeed: Mapping[str, np.ndarray], vals: Mapping[str, np.ndarray]) -> list:
+        """``outs`` of the fixed model on ``ffeed``; the regions on ``vals`` (the original's values)."""
+        rfeed = {n: _as_int8_if_shifted(vals[n], w) for n, w in self.need.items()}
+        if any(k in self.in_changes for k in rfeed):
+            rfeed = {k: _edge_in(v, self.in_changes[k]) if k in self.in_changes else v for k, v in rfeed.items()}
+        res = self.sess.run(outs + [t + REGION for t in self.tensors],
+                            {**ffeed, **{k + REGION: v for k, v in rfeed.items()}})
+        for t, g in zip(self.tensors, res[len(outs):]):
+            g = np.asarray(g)
+            self.regions[t][0].append(_as_int8_if_shifted(np.asarray(vals[t]), g.dtype.type).reshape(-1))
+            self.regions[t][1].append(g.reshape(-1))
+        self.runs += 1
+        return res[:len(outs)]
+
+    def isolated(self) -> dict:
         return {t: (np.concatenate(r), np.concatenate(g)) for t, (r, g) in self.regions.items()}
 
 

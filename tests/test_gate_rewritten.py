@@ -324,3 +324,50 @@ def test_the_integer_sum_of_squares_is_the_float64_pairwise_sum(dtype):
     assert verify_mod._sum_of_squares(extreme) == verify_mod._dot(extreme, extreme)
     extreme = np.full(1000, np.iinfo(dtype).max if dtype is not np.bool_ else True, dtype)
     assert verify_mod._sum_of_squares(extreme) == verify_mod._dot(extreme, extreme)
+
+
+# ------------------------------------------------------------------------------------------------
+# the isolated rewritten regions in the whole fixed model's session (verify._WholeRun)
+# ------------------------------------------------------------------------------------------------
+
+
+def _fix_both_ways(path, monkeypatch):
+    """The verification of ``path`` with the regions in the fixed model's session, and in their own."""
+    built = []
+    real = verify_mod._WholeRun.build.__func__
+
+    def build(cls, *a, **k):
+        w = real(cls, *a, **k)
+        built.append(w)
+        return w
+
+    with monkeypatch.context() as m:
+        m.setattr(verify_mod._WholeRun, "build", classmethod(build))
+        a = fix(path, FixOptions(dry_run=True))
+    with monkeypatch.context() as m:
+        m.setattr(verify_mod._WholeRun, "build", classmethod(lambda cls, *a, **k: None))
+        b = fix(path, FixOptions(dry_run=True))
+    return a, b, built
+
+
+def test_the_regions_in_the_fixed_models_session_give_what_their_own_session_gives(monkeypatch):
+    joined = 0
+    for path in sorted((ROOT / "sample_models").glob("*.onnx")):
+        a, b, built = _fix_both_ways(path, monkeypatch)
+        joined += sum(w is not None and w.runs == 3 for w in built)
+        assert (a.verification is None) == (b.verification is None)
+        if a.verification is not None:
+            assert a.verification.as_dict() == b.verification.as_dict(), path.name
+    assert joined, "no sample model ran its regions in the fixed model's session"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is not available")
+def test_real_uint8_model_regions_in_the_fixed_models_session(monkeypatch):
+    """coral deeplabv3 (uint8 -> int8 input, NAF003 and NAF015 regions fed shifted original values)."""
+    path = SHARED / "tfl2onnx-coral__deeplabv3_mnv2_dm05_pascal_quant.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    a, b, built = _fix_both_ways(path, monkeypatch)
+    assert [w is not None and w.runs for w in built] == [3]
+    assert a.verification.as_dict() == b.verification.as_dict()
+    assert len(a.verification.boundaries) == 4
