@@ -480,12 +480,16 @@ def verify(
     at the rate the rewrite differs there (:func:`noise_floor`); both figures are reported.
 
     onnxruntime sessions: one for the original model (graph outputs, boundary tensors and the
-    tensors the rewritten regions read, all in one run), one for the fixed model, one for all the
-    isolated rewritten regions, and one for the noise-injected original when it is needed. Where
-    :func:`fixed_part` applies, the fixed model's session only proves it loads: what runs is the
-    part below what is provably equal to the original (:func:`proven_equal`), fed the original's
-    values there, with the isolated regions in that same session; its outputs are those of the
-    whole fixed model, bit for bit (onnxruntime computes each node from its inputs alone)."""
+    tensors the rewritten regions read, all in one run), one for the fixed model with all the
+    isolated rewritten regions (:class:`_WholeRun`; apart where they do not join it), and one for the
+    noise-injected original when it is needed. Where :func:`fixed_part` applies, the fixed model's
+    session only proves it loads: what runs is the part below what is provably equal to the original
+    (:func:`proven_equal`), fed the original's values there, with the isolated regions in that same
+    session; its outputs are those of the whole fixed model, bit for bit (onnxruntime computes each
+    node from its inputs alone). Before the part (or the whole fixed model), where
+    :func:`rewritten_part` applies, the rewritten nodes alone run on the original's values (one more
+    small session): on an input set where they compute the original's values bit for bit, every
+    tensor of the fixed model is the original's, and nothing else of the fixed model runs on it."""
     src = "npz" if inputs is not None else "random"
     orig_names = {o.name for o in original.graph.output}
     both = _tensor_names(original) & _tensor_names(fixed)
