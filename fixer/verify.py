@@ -1009,13 +1009,16 @@ def _computed_from_initializers(model: onnx.ModelProto) -> set[str]:
     return const
 
 
-def _with_constant_inputs(fixed: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], same: set[str]) -> set[int]:
+def _with_constant_inputs(fixed: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], same: set[str],
+                          const: set[str] | None = None) -> set[int]:
     """The ids of ``nodes`` and of the nodes computing, from initializers alone, a proven tensor they
     read (e.g. a weight's DequantizeLinear): a part computes such a tensor again, by the same nodes
     from the same bytes, rather than having it fetched from the original's run and fed (fetching
-    keeps every such tensor of the original's run apart, and copies it)."""
+    keeps every such tensor of the original's run apart, and copies it). ``const``:
+    :func:`_computed_from_initializers` of ``fixed``, where the caller has it."""
     producer = {o: n for n in fixed.graph.node for o in n.output if o}
-    const = _computed_from_initializers(fixed)
+    if const is None:
+        const = _computed_from_initializers(fixed)
     keep = {id(n) for n in nodes}
     todo = [i for n in nodes for i in n.input if i and i in same and i in producer and i in const]
     while todo:
@@ -1074,12 +1077,13 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
     f_made = {o for n in fixed.graph.node for o in n.output if o}
     diff = [n for n in rest if not (_same_node(producer.get(next((o for o in n.output if o), "")), n)
                                     and all(i in same or i in f_made for i in n.input if i))]
-    const = _computed_from_initializers(fixed)
-    computing = lambda nodes: sum(1 for n in nodes if any(i not in const for i in n.input if i))  # noqa: E731
     heavy = lambda nodes: sum(1 for n in nodes if n.op_type in HEAVY_OPS)  # noqa: E731
     runs = list(fixed.graph.node) if replaces is None else list(replaces)
-    if (not diff or computing(diff) > REWRITTEN_MAX_FRACTION * computing(runs)
-            or heavy(diff) > REWRITTEN_MAX_FRACTION * heavy(runs)):
+    if not diff or heavy(diff) > REWRITTEN_MAX_FRACTION * heavy(runs):
+        return None
+    const = _computed_from_initializers(fixed)
+    computing = lambda nodes: sum(1 for n in nodes if any(i not in const for i in n.input if i))  # noqa: E731
+    if computing(diff) > REWRITTEN_MAX_FRACTION * computing(runs):
         return None
     ids = {id(n) for n in diff}
     # a tensor of the rewritten nodes that only QuantizeLinear nodes read (a QDQ model's Conv output):
@@ -1099,7 +1103,7 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
                     if id(r) not in ids:
                         diff.append(r)
                         ids.add(id(r))
-    keep = _with_constant_inputs(fixed, diff, same)
+    keep = _with_constant_inputs(fixed, diff, same, const)
     part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
     o_made = _tensor_names(original)
     o_inputs = {vi.name for vi in original.graph.input}
