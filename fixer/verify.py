@@ -185,6 +185,7 @@ def make_inputs(model: onnx.ModelProto, *, seed: int = 0, samples: int = 3, sess
             raise original_failed(exc) from None
     rng = np.random.default_rng(seed)
     declared = {vi.name: vi for vi in model.graph.input}
+    ranges: dict[str, tuple[float, float] | None] = {}  # per input name, read from the model once
     out = []
     for _ in range(samples):
         feed = {}
@@ -194,23 +195,29 @@ def make_inputs(model: onnx.ModelProto, *, seed: int = 0, samples: int = 3, sess
                 elem = declared[i.name].type.sequence_type.elem_type.tensor_type
                 shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in elem.shape.dim]
                 kind = i.type[len("seq("):-1]
-                feed[i.name] = [_random_tensor(rng, model, i.name, kind, shape) for _ in range(2)]
+                feed[i.name] = [_random_tensor(rng, model, i.name, kind, shape, ranges) for _ in range(2)]
                 continue
             shape = [d if isinstance(d, int) and d > 0 else 1 for d in i.shape]
-            feed[i.name] = _random_tensor(rng, model, i.name, _input_dtype(i), shape)
+            feed[i.name] = _random_tensor(rng, model, i.name, _input_dtype(i), shape, ranges)
         out.append(feed)
     return out
 
 
-def _random_tensor(rng, model: onnx.ModelProto, name: str, dtype, shape: list[int]) -> np.ndarray:
-    """Seeded random values of ``dtype`` (a numpy type or an onnxruntime type string) in a plausible range."""
+def _random_tensor(rng, model: onnx.ModelProto, name: str, dtype, shape: list[int],
+                   ranges: dict | None = None) -> np.ndarray:
+    """Seeded random values of ``dtype`` (a numpy type or an onnxruntime type string) in a plausible range
+    (``ranges``: :func:`_input_range` by input name, filled as they are read)."""
     if isinstance(dtype, str):
         if dtype not in NP_TYPES:
             raise InputError(f"graph input '{name}' holds {dtype} elements; nafix's equivalence gate feeds only "
                              "numeric tensors, so it cannot fix this model (audit works).")
         dtype = NP_TYPES[dtype]
     if np.dtype(dtype).kind == "f":
-        rng_ = _input_range(model, name) or (-1.0, 1.0)
+        if ranges is None:
+            ranges = {}
+        if name not in ranges:
+            ranges[name] = _input_range(model, name)
+        rng_ = ranges[name] or (-1.0, 1.0)
         return rng.uniform(rng_[0], rng_[1], size=shape).astype(dtype)
     if dtype is np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
@@ -297,23 +304,43 @@ def _output_scales(model: onnx.ModelProto) -> dict[str, float]:
 
 
 def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale: float | None) -> OutputCheck:
-    a64 = np.asarray(a, dtype=np.float64)
-    b64 = np.asarray(b, dtype=np.float64)
-    if a64.shape != b64.shape:
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape:
         return OutputCheck("", False, float("inf"), 0.0, float("-inf"), 0.0, None,
-                           f"shape {list(b64.shape)} differs from the original {list(a64.shape)}")
-    # the same infinity, or NaN in both, is no difference; the figures below use the finite values
-    finite = np.isfinite(a64) & np.isfinite(b64)
-    if a64.size and finite.all() and (not lsb_scale or lsb_scale > 0) and np.array_equal(a64, b64):
+                           f"shape {list(b.shape)} differs from the original {list(a.shape)}")
+    if _equal_finite(a, b) and (not lsb_scale or lsb_scale > 0):
         # equal everywhere (most outputs of a bit-exact rewrite): the same figures as below without
-        # the difference arrays (a . b is a . a term by term, summed in the same order)
+        # the float64 copies and the difference arrays (a . b is a . a term by term, summed in the
+        # same order, and computed once: the norms and the dot product are the same sum)
         max_abs = 0.0
-        na = nb = _norm(a64)
-        cosine = float(_dot(a64, a64) / (na * nb)) if na > 0 else 1.0
+        aa = _sum_of_squares(a)
+        na = nb = float(np.sqrt(aa))
+        cosine = float(aa / (na * nb)) if na > 0 else 1.0
         snr = float("inf")
         exact = 1.0
         one_lsb = 1.0 if lsb_scale else None
+        a64 = b64 = None  # converted below only where a contract needs them
+    elif _one_byte_integers(a, b):
+        # int8/uint8 tensors (the rewritten nodes' outputs of a quantized model): the same figures in
+        # integers. Every square, product and partial sum is an integer of at most 2**53 in magnitude,
+        # so the float64 pairwise sums below are exact: they are the exact integer sums
+        diff = np.abs(np.subtract(a, b, dtype=np.int16))
+        max_abs = float(diff.max())
+        aa = _sum_of_squares(a)
+        bb = _sum_of_squares(b)
+        na, nb = float(np.sqrt(aa)), float(np.sqrt(bb))
+        ab = float(int(np.add.reduce(np.multiply(a.reshape(-1), b.reshape(-1), dtype=np.int32), dtype=np.int64)))
+        cosine = float(ab / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+        noise = _sum_of_squares_int16(diff)
+        snr = float("inf") if noise == 0 else float(10 * np.log10(max(aa, 1e-30) / noise))
+        exact = float(np.mean(diff == 0))
+        one_lsb = float(np.mean(diff <= np.float64(lsb_scale * 1.0001))) if lsb_scale else None
+        a64 = b64 = None
     else:
+        a64 = np.asarray(a, dtype=np.float64)
+        b64 = np.asarray(b, dtype=np.float64)
+        # the same infinity, or NaN in both, is no difference; the figures below use the finite values
+        finite = np.isfinite(a64) & np.isfinite(b64)
         if finite.all():
             # all finite (the usual case): |a - b| is already 0 exactly where a == b, and no value is masked
             diff = np.abs(a64 - b64)
@@ -337,7 +364,7 @@ def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale
     elif c == "lsb":
         if lsb_scale is None:
             # No quantized output to measure LSBs on: fall back to a relative tolerance.
-            rng_ = float(a64.max() - a64.min()) if a64.size else 0.0
+            rng_ = _value_range(a if a64 is None else a64)
             ok = max_abs <= contract.rtol * rng_ + contract.atol
             detail = f"max abs error {max_abs:.3g} vs allowed {contract.rtol * rng_ + contract.atol:.3g}"
         else:
@@ -345,23 +372,71 @@ def compare(a: np.ndarray, b: np.ndarray, contract: VerifyContract, *, lsb_scale
             ok = max_abs <= allowed
             detail = f"max abs error {max_abs:.3g} = {max_abs / lsb_scale:.2f} LSB (allowed {contract.lsb:g})"
     elif c == "tolerance":
-        rng_ = float(a64.max() - a64.min()) if a64.size else 0.0
+        rng_ = _value_range(a if a64 is None else a64)
         allowed = contract.rtol * rng_ + contract.atol
         ok = max_abs <= allowed
         detail = f"max abs error {max_abs:.3g} vs allowed {allowed:.3g}"
     else:  # ranking
+        if a64 is None:
+            a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
         ok = _ranking_preserved(a64, b64)
         detail = "argmax and ranking preserved" if ok else "argmax or ranking changed"
     return OutputCheck("", ok, max_abs, cosine, snr, exact, one_lsb, detail)
 
 
+def _equal_finite(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` and ``b`` (same shape) are not empty, of one dtype, finite and equal everywhere: what
+    their float64 copies would be too (a conversion maps equal values to equal values), checked on
+    the arrays as they are."""
+    if not a.size or a.dtype != b.dtype or a.dtype.kind not in "fiub":
+        return False
+    if a.dtype.kind == "f" and not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return False
+    return bool(np.array_equal(a, b))
+
+
+def _value_range(a: np.ndarray) -> float:
+    """max - min of ``a`` in float64 (0 when empty): the extremes converted, then subtracted, as on a
+    float64 copy of ``a`` (the conversion keeps the order of values)."""
+    if not a.size:
+        return 0.0
+    return float(np.float64(a.max()) - np.float64(a.min()))
+
+
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
-    """The dot product of two float64 arrays (any shape, same size) by numpy's pairwise summation:
-    the same on every machine, and no BLAS call. A multi-threaded BLAS dot sums in per-thread chunks
-    (its last digits depend on the thread count) and, on a busy machine, waits for its worker threads
-    to wake between onnxruntime runs: up to 50 ms for 30,000 values, the gate's largest cost on
-    small models."""
-    return float(np.add.reduce(np.multiply(a.ravel(), b.ravel())))
+    """The dot product of two arrays (any shape and numeric dtype, same size) in float64, by numpy's
+    pairwise summation: the same on every machine, and no BLAS call. A multi-threaded BLAS dot sums in
+    per-thread chunks (its last digits depend on the thread count) and, on a busy machine, waits for
+    its worker threads to wake between onnxruntime runs: up to 50 ms for 30,000 values, the gate's
+    largest cost on small models. The product is taken in float64 (``dtype``: each factor converted
+    first, as a float64 copy of it would be), so a float32 array needs no float64 copy of its own."""
+    return float(np.add.reduce(np.multiply(a.ravel(), b.ravel(), dtype=np.float64)))
+
+
+def _one_byte_integers(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` and ``b`` are int8, uint8 or bool arrays of one dtype, not empty, small enough for
+    :func:`compare`'s integer figures to be exact (255**2 per value, 2**53 in all)."""
+    return (a.dtype == b.dtype and a.dtype.kind in "iub" and a.dtype.itemsize == 1 and a.size > 0
+            and a.size * 255 * 255 <= 2 ** 53)
+
+
+def _sum_of_squares_int16(d: np.ndarray) -> float:
+    """The sum of the squares of ``d`` (int16 values in 0..255, differences of one-byte values) as
+    float64 pairwise summation of them gives it: exactly (see :func:`_sum_of_squares`)."""
+    sq = np.square(d.reshape(-1), dtype=np.int32)
+    return float(int(np.add.reduce(sq, dtype=np.int64)))
+
+
+def _sum_of_squares(a: np.ndarray) -> float:
+    """``_dot(a, a)``. For a one-byte integer (or bool) array, in integers: the float64 pairwise sum
+    of its squares is then exact (every partial sum is an integer of at most 2**53), so it is the
+    exact integer sum, which 16-bit squares summed in int64 give without a float64 copy of them (the
+    5.5 million values of an int8 tensor over three input sets: 44 MB instead of 130 MB, and 2.5x
+    faster). A square of a one-byte value fits 16 bits unsigned (255**2 = 65025)."""
+    if a.dtype.kind in "iub" and a.dtype.itemsize == 1 and a.size * 255 * 255 <= 2 ** 53:
+        sq = np.square(a.reshape(-1), dtype=np.int16).view(np.uint16)
+        return float(int(np.add.reduce(sq, dtype=np.int64)))
+    return _dot(a, a)
 
 
 def _norm(a: np.ndarray) -> float:
@@ -405,12 +480,16 @@ def verify(
     at the rate the rewrite differs there (:func:`noise_floor`); both figures are reported.
 
     onnxruntime sessions: one for the original model (graph outputs, boundary tensors and the
-    tensors the rewritten regions read, all in one run), one for the fixed model, one for all the
-    isolated rewritten regions, and one for the noise-injected original when it is needed. Where
-    :func:`fixed_part` applies, the fixed model's session only proves it loads: what runs is the
-    part below what is provably equal to the original (:func:`proven_equal`), fed the original's
-    values there, with the isolated regions in that same session; its outputs are those of the
-    whole fixed model, bit for bit (onnxruntime computes each node from its inputs alone)."""
+    tensors the rewritten regions read, all in one run), one for the fixed model with all the
+    isolated rewritten regions (:class:`_WholeRun`; apart where they do not join it), and one for the
+    noise-injected original when it is needed. Where :func:`fixed_part` applies, the fixed model's
+    session only proves it loads: what runs is the part below what is provably equal to the original
+    (:func:`proven_equal`), fed the original's values there, with the isolated regions in that same
+    session; its outputs are those of the whole fixed model, bit for bit (onnxruntime computes each
+    node from its inputs alone). Before the part (or the whole fixed model), where
+    :func:`rewritten_part` applies, the rewritten nodes alone run on the original's values (one more
+    small session): on an input set where they compute the original's values bit for bit, every
+    tensor of the fixed model is the original's, and nothing else of the fixed model runs on it."""
     src = "npz" if inputs is not None else "random"
     orig_names = {o.name for o in original.graph.output}
     both = _tensor_names(original) & _tensor_names(fixed)
@@ -430,22 +509,47 @@ def verify(
     # the fixed model runs only below what is provably equal to the original (fed the original's
     # values there, which its run then also fetches); the whole fixed model still loads in a session
     wanted = [o.name for o in original.graph.output if o.name not in extra] + extra
-    fpart = fixed_part(original, fixed, in_changes, wanted)
-    if fpart is not None:
-        capture = sorted(set(capture) | (set(fpart.frontier) - set(extra) - orig_names))
+    proof = proven_equal(original, fixed, in_changes)
+    fpart = fixed_part(original, fixed, in_changes, wanted, proof=proof)
+    # the part's frontier: fetched only where the part runs
+    front = [] if fpart is None else sorted(set(fpart.frontier) - set(extra) - orig_names - set(capture))
+    # before the part, the rewritten nodes alone (:func:`rewritten_part`): where they compute the
+    # original's values on an input set, so does the whole fixed model, and neither the part nor the
+    # whole fixed model runs on it (the original's run fetches what they read and compute)
+    rpart = rewritten_part(original, fixed, proof, wanted, bool(in_changes or out_changes),
+                           fpart.part.model.graph.node if fpart is not None else None)
+    o_inputs = {i.name for i in original.graph.input}
+    rcap = ([] if rpart is None else
+            sorted((set(rpart.part.inputs) | set(rpart.checked)) - set(extra) - set(capture) - orig_names - o_inputs))
     try:
-        s_orig = session(_with_outputs(original, extra + capture))
+        s_orig = session(_with_outputs(original, extra + capture + sorted(set(front) | set(rcap))))
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
         raise original_failed(exc) from None
     feeds = list(inputs) if inputs is not None else make_inputs(original, seed=seed, samples=samples, sess=s_orig)
-    try:
-        s_fix = session(_with_outputs(fixed, extra))
-    except Exception as exc:  # noqa: BLE001 - a rewrite that onnxruntime rejects fails the gate, not nafix
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-        check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
-                            f"the rewritten model does not load in onnxruntime: {first}")
-        return Verification(False, contract, list(rules), [check], src, len(feeds))
-    names = [o.name for o in s_orig.get_outputs() if o.name not in extra and o.name not in capture]
+    fetched = set(extra) | set(capture) | set(front) | set(rcap)
+    names = [o.name for o in s_orig.get_outputs() if o.name not in fetched]
+    # no part: the whole fixed model runs, with the isolated rewritten regions in its session (which
+    # loads only where the fixed model does); they read what each input set's captured values hold
+    whole = None
+    if fpart is None and feeds and any(b.inputs for b in boundaries):
+        whole = _WholeRun.build(fixed, boundaries, extra, set(feeds[0]) | set(names) | set(extra) | set(capture),
+                                in_changes)
+
+    def load_fixed():
+        try:
+            return session(_with_outputs(fixed, extra)), None
+        except Exception as exc:  # noqa: BLE001 - a rewrite that onnxruntime rejects fails the gate, not nafix
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
+                                f"the rewritten model does not load in onnxruntime: {first}")
+            return None, Verification(False, contract, list(rules), [check], src, len(feeds))
+
+    if whole is not None:
+        s_fix = whole.sess
+    else:
+        s_fix, failed = load_fixed()
+        if failed is not None:
+            return failed
     fixed_names = {o.name for o in s_fix.get_outputs()}
     missing = [n for n in names if n not in fixed_names]
     if missing:
@@ -457,12 +561,43 @@ def verify(
     captured: list[dict[str, np.ndarray]] = []
     fixed_inputs = {i.name for i in s_fix.get_inputs()}
     prun = _PartRun(fpart, fixed, boundaries, in_changes, names + extra) if fpart is not None else None
-    for feed in feeds:
+    rrun = _RewrittenRun(rpart) if rpart is not None else None
+    rproven = False  # the rewritten nodes computed the original's values on an input set already
+    part_runs = 0  # input sets the part ran on (its isolated regions count only if it ran on all)
+    kept = names + extra + capture
+
+    def run_original(feed, more):
         try:
-            ref = s_orig.run(names + extra + capture, dict(feed))
+            ref = s_orig.run(kept + more, dict(feed))
         except Exception as exc:  # noqa: BLE001 - e.g. a dynamic dimension the gate had to guess
             raise original_failed(exc, s_orig) from None
-        captured.append({**dict(feed), **dict(zip(names + extra + capture, ref))})
+        return ref, {**dict(feed), **dict(zip(kept + more, ref))}
+
+    for feed in feeds:
+        # the frontier only where the part may run on this input set: with the rewritten nodes'
+        # tensors until they computed the original's values once (an input set they get wrong
+        # after that runs the original again, for the frontier)
+        if rrun is None:
+            more = list(front)
+        else:
+            more = list(rcap) + ([] if rproven else [t for t in front if t not in rcap])
+        ref, vals = run_original(feed, more)
+        if rrun is not None:
+            try:
+                proven = rrun.proven(vals)
+            except Exception:  # noqa: BLE001 - the rewritten nodes do not run on their own
+                proven = False
+            if proven:
+                # every tensor of the fixed model is the original's on this input set
+                rproven = True
+                captured.append({k: vals[k] for k in list(feed) + kept})
+                for n, r in zip(names + extra, ref):
+                    acc[n].append((np.asarray(r), np.asarray(r)))
+                continue
+            rrun = None  # they differ here: the part (or the whole model) runs from this input set on
+            if any(t not in vals for t in front):
+                ref, vals = run_original(feed, list(front))
+        captured.append({k: vals[k] for k in list(feed) + kept + front})
         ffeed = {}
         for k, v in feed.items():
             if k not in fixed_inputs:
@@ -473,8 +608,17 @@ def verify(
         if prun is not None:
             try:
                 got = prun.run(ffeed, captured[-1])
+                part_runs += 1
             except Exception:  # noqa: BLE001 - the part does not run on its own: the whole model runs
                 prun = None
+        if got is None and whole is not None:
+            try:
+                got = whole.run(names + extra, ffeed, captured[-1])
+            except Exception:  # noqa: BLE001 - maybe a region: the fixed model alone from here on, the regions apart
+                whole = None
+                s_fix, failed = load_fixed()
+                if failed is not None:
+                    return failed
         try:
             if got is None:
                 got = s_fix.run(names + extra, ffeed)
@@ -498,7 +642,9 @@ def verify(
 
     bchecks = []
     rates: dict[str, float] = {}  # boundary tensor -> fraction of values the rewrite changed there
-    isolated = prun.isolated() if prun is not None else None
+    isolated = prun.isolated() if prun is not None and part_runs == len(feeds) else None
+    if isolated is None and whole is not None and whole.runs == len(feeds):
+        isolated = whole.isolated()
     if isolated is None:
         isolated = _isolated_boundaries(fixed, boundaries, captured, in_changes)
     for bc in boundaries:
@@ -825,32 +971,23 @@ class FixedPart:
     graph_inputs: frozenset[str]
 
 
+_UNSET = object()
+
+
 def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Mapping[str, IoChange],
-               wanted: Sequence[str]) -> FixedPart | None:
+               wanted: Sequence[str], *, proof=_UNSET) -> FixedPart | None:
     """The :class:`FixedPart` that yields ``wanted`` tensors of ``fixed`` as running the whole fixed
     model would, or None where the whole model is to run (no proof, nothing proven, a part of more
-    than half the nodes, a wanted tensor neither proven nor computed by the part)."""
-    proof = proven_equal(original, fixed, in_changes)
+    than half the nodes, a wanted tensor neither proven nor computed by the part). ``proof``: what
+    :func:`proven_equal` returns for these models, where the caller has it."""
+    if proof is _UNSET:
+        proof = proven_equal(original, fixed, in_changes)
     if proof is None:
         return None
     same, rest = proof
     if not rest or len(rest) == len(fixed.graph.node):
         return None
-    # a proven tensor computed from initializers alone (e.g. a weight's DequantizeLinear) is computed
-    # again in the part, by the same nodes from the same bytes, rather than fetched from the original
-    # run and fed: fetching keeps every such tensor of the original's run apart (and copies it)
-    producer = {o: n for n in fixed.graph.node for o in n.output if o}
-    const = {t.name for t in fixed.graph.initializer}
-    for n in fixed.graph.node:  # topologically sorted: what depends on initializers alone
-        if all(i in const for i in n.input if i):
-            const.update(o for o in n.output if o)
-    keep = {id(n) for n in rest}
-    todo = [i for n in rest for i in n.input if i and i in same and i in producer and i in const]
-    while todo:
-        n = producer[todo.pop()]
-        if id(n) not in keep:
-            keep.add(id(n))
-            todo.extend(i for i in n.input if i and i in producer)
+    keep = _with_constant_inputs(fixed, rest, same)
     if len(keep) > PART_MAX_FRACTION * len(fixed.graph.node) or len(keep) == len(fixed.graph.node):
         return None
     part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
@@ -861,6 +998,156 @@ def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Ma
         return None
     frontier = tuple(t for t in part.inputs if t not in f_inputs)
     return FixedPart(part, frozenset(same), frontier, f_inputs)
+
+
+def _computed_from_initializers(model: onnx.ModelProto) -> set[str]:
+    """The initializers of ``model`` and the tensors computed from initializers alone."""
+    const = {t.name for t in model.graph.initializer}
+    for n in model.graph.node:  # topologically sorted
+        if all(i in const for i in n.input if i):
+            const.update(o for o in n.output if o)
+    return const
+
+
+def _with_constant_inputs(fixed: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], same: set[str],
+                          const: set[str] | None = None) -> set[int]:
+    """The ids of ``nodes`` and of the nodes computing, from initializers alone, a proven tensor they
+    read (e.g. a weight's DequantizeLinear): a part computes such a tensor again, by the same nodes
+    from the same bytes, rather than having it fetched from the original's run and fed (fetching
+    keeps every such tensor of the original's run apart, and copies it). ``const``:
+    :func:`_computed_from_initializers` of ``fixed``, where the caller has it."""
+    producer = {o: n for n in fixed.graph.node for o in n.output if o}
+    if const is None:
+        const = _computed_from_initializers(fixed)
+    keep = {id(n) for n in nodes}
+    todo = [i for n in nodes for i in n.input if i and i in same and i in producer and i in const]
+    while todo:
+        n = producer[todo.pop()]
+        if id(n) not in keep:
+            keep.add(id(n))
+            todo.extend(i for i in n.input if i and i in producer)
+    return keep
+
+
+#: The gate tries :func:`rewritten_part` only where the fixed model's nodes that differ from the
+#: original's are at most this fraction of the nodes it runs otherwise (the part, or the whole fixed
+#: model): else running them alone saves little.
+REWRITTEN_MAX_FRACTION = 0.5
+#: The ops where a model's time goes, for that comparison.
+HEAVY_OPS = frozenset({"Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MatMul", "MatMulInteger",
+                       "QLinearMatMul", "Gemm", "LSTM", "GRU", "RNN", "Attention"})
+
+
+@dataclass(frozen=True)
+class RewrittenPart:
+    """The nodes of the fixed model that differ from the original's (:func:`rewritten_part`), as a
+    model fed the original's values of what they read; ``checked``: the tensors they compute that
+    the rest of the fixed model or the gate reads (every one also a tensor of the original)."""
+
+    part: Downstream
+    checked: tuple[str, ...]
+
+
+def _same_node(m: onnx.NodeProto | None, n: onnx.NodeProto) -> bool:
+    """``n`` is ``m``: op, domain, attributes, input and output names (not what the inputs hold)."""
+    return (m is not None and m.op_type == n.op_type and m.domain == n.domain and list(m.input) == list(n.input)
+            and list(m.output) == list(n.output)
+            and [a.SerializeToString() for a in m.attribute] == [a.SerializeToString() for a in n.attribute])
+
+
+def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wanted: Sequence[str],
+                   io_changed: bool = False, replaces: Sequence[onnx.NodeProto] | None = None) -> RewrittenPart | None:
+    """The fixed model's unproven nodes (``proof`` from :func:`proven_equal`) that are not the
+    original's node of the same output (or that read a fixed-model initializer or graph input not
+    proven equal): the rewritten nodes. Fed the original's values of what they read, they compute the
+    ``checked`` tensors; where each of those equals the original's tensor bit for bit on an input
+    set, every tensor of the fixed model equals the original's of the same name on it: by induction
+    in topological order, any other node is the original's node, and reads proven tensors, checked
+    tensors or tensors of such nodes (onnxruntime computes a node from its inputs alone). The gate
+    then needs the original's values only. None where that induction cannot be set up: no proof, a
+    changed graph interface (``io_changed``), nothing rewritten, too many rewritten nodes, a tensor
+    they read or a checked or ``wanted`` tensor that is not the original's. Too many: more than
+    REWRITTEN_MAX_FRACTION of the nodes the gate runs otherwise (``replaces``: the part's, default the
+    whole fixed model's), counting nodes that compute from more than initializers, and counting
+    convolutions and matrix products alone (where most of the time goes)."""
+    if proof is None or io_changed:
+        return None
+    same, rest = proof
+    producer = {o: n for n in original.graph.node for o in n.output if o}
+    f_made = {o for n in fixed.graph.node for o in n.output if o}
+    diff = [n for n in rest if not (_same_node(producer.get(next((o for o in n.output if o), "")), n)
+                                    and all(i in same or i in f_made for i in n.input if i))]
+    heavy = lambda nodes: sum(1 for n in nodes if n.op_type in HEAVY_OPS)  # noqa: E731
+    runs = list(fixed.graph.node) if replaces is None else list(replaces)
+    if not diff or heavy(diff) > REWRITTEN_MAX_FRACTION * heavy(runs):
+        return None
+    const = _computed_from_initializers(fixed)
+    computing = lambda nodes: sum(1 for n in nodes if any(i not in const for i in n.input if i))  # noqa: E731
+    if computing(diff) > REWRITTEN_MAX_FRACTION * computing(runs):
+        return None
+    ids = {id(n) for n in diff}
+    # a tensor of the rewritten nodes that only QuantizeLinear nodes read (a QDQ model's Conv output):
+    # those join them, and the quantized values are what is compared (float values that round alike
+    # are no difference to the rest of the model)
+    readers: dict[str, list] = {}
+    for n in fixed.graph.node:
+        for i in n.input:
+            if i:
+                readers.setdefault(i, []).append(n)
+    for n in list(diff):
+        for o in n.output:
+            rs = readers.get(o, [])
+            if (o and rs and o not in wanted and all(r.op_type == "QuantizeLinear" and r.domain in ("", "ai.onnx")
+                                                   and r.input[0] == o and o not in r.input[1:] for r in rs)):
+                for r in rs:
+                    if id(r) not in ids:
+                        diff.append(r)
+                        ids.add(id(r))
+    keep = _with_constant_inputs(fixed, diff, same, const)
+    part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
+    o_made = _tensor_names(original)
+    o_inputs = {vi.name for vi in original.graph.input}
+    # what the rewritten nodes read from the rest: proven graph inputs, or tensors of nodes that are
+    # the original's (proven by the induction); either way the original computes them by that name
+    if any(not ((t in same and t in o_inputs) or (t in f_made and t in o_made)) for t in part.inputs):
+        return None
+    outside = {i for n in fixed.graph.node if id(n) not in ids for i in n.input if i} | set(wanted)
+    checked = tuple(o for n in fixed.graph.node if id(n) in ids for o in n.output if o and o in outside)
+    if not checked or any(t not in o_made for t in checked):
+        return None
+    if any(t not in same and t not in f_made for t in wanted):
+        return None
+    return RewrittenPart(part, checked)
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` and ``b`` hold the same bits: dtype, shape and every value's bytes (-0.0 is not 0.0,
+    and a NaN equals only the same NaN)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype != b.dtype or a.shape != b.shape or a.dtype.kind not in "fiub":
+        return False
+    if a.dtype.kind in "iub":
+        return bool(np.array_equal(a, b))
+    view = np.dtype(f"u{a.dtype.itemsize}")
+    return bool(np.array_equal(np.ascontiguousarray(a).view(view), np.ascontiguousarray(b).view(view)))
+
+
+class _RewrittenRun:
+    """The gate's runs of the rewritten nodes alone (:class:`RewrittenPart`), one input set at a time:
+    one session, made on the first input set (the part's inputs typed by their values)."""
+
+    def __init__(self, rp: RewrittenPart):
+        self.rp = rp
+        self.sess = None
+
+    def proven(self, vals: Mapping[str, np.ndarray]) -> bool:
+        """Whether every checked tensor computed from ``vals`` (the original's values of this input
+        set) is the original's, bit for bit: then the fixed model computes the original's values."""
+        feed = {t: vals[t] for t in self.rp.part.inputs}
+        if self.sess is None:
+            self.sess = session(self.rp.part.typed([feed[t] for t in self.rp.part.inputs], self.rp.checked))
+        got = self.sess.run(list(self.rp.checked), feed)
+        return all(_same_bits(vals[t], g) for t, g in zip(self.rp.checked, got))
 
 
 #: The suffix of the isolated rewritten regions' tensor names where they share the part's session.
@@ -928,6 +1215,56 @@ class _PartRun:
         """What :func:`_isolated_boundaries` returns, from this session's runs (None: not run here)."""
         if not self.regions_ok:
             return None
+        return {t: (np.concatenate(r), np.concatenate(g)) for t, (r, g) in self.regions.items()}
+
+
+class _WholeRun:
+    """The gate's runs of the whole fixed model (where no :class:`FixedPart` applies) with the isolated
+    rewritten regions (:func:`_isolated_boundaries`, their tensors renamed) in the same session, as
+    :class:`_PartRun` has them in the part's: one session for both, which loads only where the fixed
+    model does (the regions' tensors are apart from its own)."""
+
+    def __init__(self, sess, tensors: list[str], need: dict[str, type], in_changes: Mapping[str, IoChange]):
+        self.sess, self.tensors, self.need, self.in_changes = sess, tensors, need, in_changes
+        self.regions: dict[str, tuple[list, list]] = {t: ([], []) for t in tensors}
+        self.runs = 0  # input sets run so far
+
+    @classmethod
+    def build(cls, fixed: onnx.ModelProto, boundaries: Sequence[BoundaryCheck], extra: Sequence[str],
+              keys: set[str], in_changes: Mapping[str, IoChange]) -> "_WholeRun | None":
+        """The session, or None where the regions do not join the fixed model (``keys``: the names
+        each input set's captured values hold, as :func:`_isolated_boundaries` reads them)."""
+        region = _region_model(fixed, boundaries, dict.fromkeys(keys))
+        if region is None:
+            return None
+        own = (_tensor_names(fixed) | {vi.name for vi in fixed.graph.input} | {vi.name for vi in fixed.graph.output}
+               | {t.name for t in fixed.graph.initializer})
+        if any(n.endswith(REGION) for n in own):
+            return None
+        try:
+            sess = session(_merged(_with_outputs(fixed, extra), _renamed(region[0], REGION)))
+        except Exception:  # noqa: BLE001 - the fixed model loads on its own (or fails the gate) and the regions apart
+            return None
+        need = {i.name[:-len(REGION)]: NP_TYPES.get(i.type) for i in sess.get_inputs() if i.name.endswith(REGION)}
+        if not all(n in keys for n in need):
+            return None
+        return cls(sess, region[1], need, in_changes)
+
+    def run(self, outs: list[str], ffeed: Mapping[str, np.ndarray], vals: Mapping[str, np.ndarray]) -> list:
+        """``outs`` of the fixed model on ``ffeed``; the regions on ``vals`` (the original's values)."""
+        rfeed = {n: _as_int8_if_shifted(vals[n], w) for n, w in self.need.items()}
+        if any(k in self.in_changes for k in rfeed):
+            rfeed = {k: _edge_in(v, self.in_changes[k]) if k in self.in_changes else v for k, v in rfeed.items()}
+        res = self.sess.run(outs + [t + REGION for t in self.tensors],
+                            {**ffeed, **{k + REGION: v for k, v in rfeed.items()}})
+        for t, g in zip(self.tensors, res[len(outs):]):
+            g = np.asarray(g)
+            self.regions[t][0].append(_as_int8_if_shifted(np.asarray(vals[t]), g.dtype.type).reshape(-1))
+            self.regions[t][1].append(g.reshape(-1))
+        self.runs += 1
+        return res[:len(outs)]
+
+    def isolated(self) -> dict:
         return {t: (np.concatenate(r), np.concatenate(g)) for t, (r, g) in self.regions.items()}
 
 
@@ -1110,11 +1447,22 @@ def _region_model(fixed: onnx.ModelProto, boundaries: Sequence[BoundaryCheck],
         return None
 
 
+def _uint8_to_int8(v: np.ndarray) -> np.ndarray:
+    """x - 128 of a uint8 array ``v``, as int8: flipping the top bit subtracts 128 modulo 256, which the
+    int8 reading of those bits makes exact (0 -> -128, 128 -> 0, 255 -> 127); one pass, no int16 copy."""
+    return np.bitwise_xor(v, np.uint8(0x80)).view(np.int8)
+
+
+def _int8_to_uint8(g: np.ndarray) -> np.ndarray:
+    """y + 128 of an int8 array ``g``, as uint8 (the inverse of :func:`_uint8_to_int8`)."""
+    return np.bitwise_xor(g.view(np.uint8), np.uint8(0x80))
+
+
 def _as_int8_if_shifted(v: np.ndarray, want) -> np.ndarray:
     """An original uint8 tensor where the rewritten model has int8 (NAF014 shifted it by -128)."""
     v = np.asarray(v)
     if v.dtype == np.uint8 and want is np.int8:
-        return (v.astype(np.int16) - 128).astype(np.int8)
+        return _uint8_to_int8(v)
     return v
 
 
@@ -1122,7 +1470,8 @@ def _edge_in(v: np.ndarray, ch: IoChange) -> np.ndarray:
     """What the application feeds a graph input whose type changed: float quantized with the recorded
     parameters, or a uint8 input shifted to int8 (x - 128)."""
     if ch.was == "uint8" and ch.dtype == "int8":
-        return (np.asarray(v).astype(np.int16) - 128).astype(np.int8)
+        v = np.asarray(v)
+        return _uint8_to_int8(v) if v.dtype == np.uint8 else (v.astype(np.int16) - 128).astype(np.int8)
     return quantize_like_ort(v, _scalar(ch.scale), _scalar(ch.zero_point), ch.dtype)
 
 
@@ -1130,7 +1479,8 @@ def _edge_out(g: np.ndarray, ch: IoChange) -> np.ndarray:
     """A changed graph output brought back to what the original produced: dequantized, or an int8
     output that was uint8 shifted back (y + 128)."""
     if ch.was == "uint8" and ch.dtype == "int8":
-        return (np.asarray(g).astype(np.int16) + 128).astype(np.uint8)
+        g = np.asarray(g)
+        return _int8_to_uint8(g) if g.dtype == np.int8 else (g.astype(np.int16) + 128).astype(np.uint8)
     return dequantize(g, _scalar(ch.scale), _scalar(ch.zero_point))
 
 

@@ -1,0 +1,373 @@
+"""The gate's fast paths against the slow ones they replace.
+
+* ``verify.rewritten_part``: the rewritten nodes alone, fed the original's values; where they
+  compute the original's values bit for bit, the gate takes the original's values for the fixed
+  model's. Checked here against running the whole fixed model, and the whole verification against
+  the verification without that path (``rewritten_part`` disabled).
+* ``verify.compare`` on equal arrays (no float64 copies, one dot product) against the float64 path.
+* the uint8 <-> int8 shifts (one XOR) against the int16 arithmetic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from fixer import verify as verify_mod
+from fixer.api import FixOptions, fix
+from fixer.rewriters import IoChange
+from fixer.rules import VerifyContract
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "models"
+
+
+def _model(nodes, inits, outputs=("y",), opset=13):
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                          [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+                          [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _convs(dilation=1, w_name="w", w_scale=1.0, tail_alpha=0.1):
+    """x -> Relu -> Conv 1x1 (dilation) -> t -> LeakyRelu -> Conv 3x3 -> y: the 1x1 Conv is what a
+    rewrite changes (its dilation, its weight's name or values); the layers below it are the original's."""
+    rng = np.random.default_rng(3)
+    w = (rng.standard_normal((4, 4, 1, 1)) * 0.5).astype(np.float32)
+    w2 = (rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32)
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+             helper.make_node("Conv", ["r", w_name], ["t"], name="conv1", dilations=[dilation, dilation],
+                              kernel_shape=[1, 1]),
+             helper.make_node("LeakyRelu", ["t"], ["u"], name="lr", alpha=tail_alpha),
+             helper.make_node("Conv", ["u", "w2"], ["y"], name="conv2", kernel_shape=[3, 3], pads=[1, 1, 1, 1])]
+    return _model(nodes, {w_name: w * np.float32(w_scale), "w2": w2})
+
+
+def test_rewritten_nodes_alone_where_a_rewrite_is_exact():
+    orig = _convs(dilation=2)
+    fixed = _convs(dilation=1, w_name="w_new")  # a 1x1 kernel: the dilation changes nothing
+    proof = verify_mod.proven_equal(orig, fixed, {})
+    rp = verify_mod.rewritten_part(orig, fixed, proof, ["y"])
+    assert rp is not None
+    assert [n.name for n in rp.part.model.graph.node] == ["conv1"] and rp.checked == ("t",)
+    assert rp.part.inputs == ("r",)
+
+
+def test_no_rewritten_part_across_a_changed_interface_or_for_too_many_nodes():
+    orig = _convs(dilation=2)
+    fixed = _convs(dilation=1, w_name="w_new")
+    proof = verify_mod.proven_equal(orig, fixed, {})
+    assert verify_mod.rewritten_part(orig, fixed, proof, ["y"], io_changed=True) is None
+    assert verify_mod.rewritten_part(orig, fixed, None, ["y"]) is None
+    # the rewritten node is the only Conv of what would run otherwise: nothing to save
+    assert verify_mod.rewritten_part(orig, fixed, proof, ["y"], replaces=fixed.graph.node[1:2]) is None
+
+
+def _verify(orig, fixed, *, rewritten: bool, monkeypatch, contract=VerifyContract("exact"), **kw):
+    with monkeypatch.context() as m:
+        if not rewritten:
+            m.setattr(verify_mod, "rewritten_part", lambda *a, **k: None)
+        return verify_mod.verify(orig, fixed, contract=contract, rules=["X"], **kw).as_dict()
+
+
+def _spy(monkeypatch):
+    """Record, for each input set the rewritten nodes were proven on, the whole fixed model's outputs
+    next to the original's values the gate takes for them."""
+    seen = []
+    real = verify_mod._RewrittenRun.proven
+
+    def proven(self, vals):
+        ok = real(self, vals)
+        seen.append((ok, vals))
+        return ok
+
+    monkeypatch.setattr(verify_mod._RewrittenRun, "proven", proven)
+    return seen
+
+
+def _whole(fixed, names, vals):
+    s = verify_mod.session(verify_mod._with_outputs(fixed, names))
+    return dict(zip(names, s.run(names, {i.name: vals[i.name] for i in s.get_inputs()})))
+
+
+def test_where_the_rewritten_nodes_compute_the_originals_values_so_does_the_whole_fixed_model(monkeypatch):
+    orig = _convs(dilation=2)
+    fixed = _convs(dilation=1, w_name="w_new")
+    seen = _spy(monkeypatch)
+    v = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"), rules=["X"])
+    assert v.ok and len(seen) == 3 and all(ok for ok, _ in seen)
+    for _, vals in seen:
+        whole = _whole(fixed, ["y", "t"], vals)
+        for n in ("y", "t"):
+            assert verify_mod._same_bits(whole[n], vals[n]), n
+
+
+def test_the_verification_is_the_same_with_and_without_the_rewritten_nodes_alone(monkeypatch):
+    cases = [
+        (_convs(dilation=2), _convs(dilation=1, w_name="w_new")),  # exact: proven on every input set
+        (_convs(), _convs(w_scale=1.001)),  # a real difference: the part runs, the gate rejects
+        (_convs(), _convs(w_name="w_new", tail_alpha=0.2)),  # a rewritten node below one that is exact
+    ]
+    for orig, fixed in cases:
+        for contract in (VerifyContract("exact"), VerifyContract("tolerance", 0.01, 0.0)):
+            a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch, contract=contract)
+            b = _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch, contract=contract)
+            assert a == b
+
+
+def test_a_wrong_rewrite_is_still_rejected(monkeypatch):
+    seen = _spy(monkeypatch)
+    v = verify_mod.verify(_convs(), _convs(w_scale=1.001), contract=VerifyContract("exact"), rules=["X"])
+    assert not v.ok and [o.name for o in v.outputs if not o.ok] == ["y"]
+    assert [ok for ok, _ in seen] == [False]  # tried on the first input set only
+
+
+def _qdq_tail(bias: float):
+    """x -> Add(bias) -> QuantizeLinear (scale 1) -> DequantizeLinear -> Relu -> y: a rewrite that
+    moves the float values a little (``bias``) but not across a rounding boundary."""
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"], name="add"),
+             helper.make_node("QuantizeLinear", ["a", "s", "z"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], name="dq"),
+             helper.make_node("Relu", ["dq"], ["y"], name="relu")]
+    return _model(nodes, {"b": np.array(bias, np.float32), "s": np.array(1.0, np.float32),
+                          "z": np.array(0, np.int8)})
+
+
+def test_a_float_tensor_only_quantizelinear_reads_is_compared_once_quantized(monkeypatch):
+    orig, fixed = _qdq_tail(0.0), _qdq_tail(1e-6)
+    fixed.graph.node[0].input[1] = "b2"
+    fixed.graph.initializer[0].name = "b2"
+    proof = verify_mod.proven_equal(orig, fixed, {})
+    rp = verify_mod.rewritten_part(orig, fixed, proof, ["y"])
+    assert rp is not None and rp.checked == ("q",)
+    assert [n.name for n in rp.part.model.graph.node] == ["add", "q"]
+    # the random inputs are in [-1, 1): none lies within 1e-6 of a rounding boundary (+-0.5)
+    seen = _spy(monkeypatch)
+    a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    assert [ok for ok, _ in seen] == [True, True, True]
+    assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch)
+
+
+def test_same_bits_tells_signed_zeros_and_nans_apart():
+    a = np.array([0.0, 1.0], np.float32)
+    assert verify_mod._same_bits(a, a.copy())
+    assert not verify_mod._same_bits(a, np.array([-0.0, 1.0], np.float32))
+    assert not verify_mod._same_bits(a, a.astype(np.float64))
+    n = np.array([np.nan], np.float32)
+    assert verify_mod._same_bits(n, n.copy())
+    assert verify_mod._same_bits(np.arange(6, dtype=np.int8).reshape(2, 3).T, np.arange(6, dtype=np.int8).reshape(2, 3).T)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is not available")
+def test_real_model_verification_is_the_same_with_and_without_the_rewritten_nodes_alone(monkeypatch):
+    """PAN (float; exact Conv and Resize rewrites): the gate proves every input set on the rewritten
+    nodes alone; the report is the same as running the part of the fixed model."""
+    path = SHARED / "kazuhito__PAN_mobilenetv3_small_best_model_simplifier.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    seen = _spy(monkeypatch)
+    a = fix(path, FixOptions(dry_run=True))
+    assert [ok for ok, _ in seen] == [True, True, True]
+    monkeypatch.setattr(verify_mod, "rewritten_part", lambda *a, **k: None)
+    b = fix(path, FixOptions(dry_run=True))
+    assert a.verification.as_dict() == b.verification.as_dict()
+
+
+# ------------------------------------------------------------------------------------------------
+# compare() on equal arrays; the uint8 <-> int8 shifts
+# ------------------------------------------------------------------------------------------------
+
+
+def _compare_float64(a, b, *, lsb_scale):
+    """The figures of compare() as it computed them before its fast paths: from float64 copies."""
+    a64 = np.asarray(a, dtype=np.float64)
+    b64 = np.asarray(b, dtype=np.float64)
+    finite = np.isfinite(a64) & np.isfinite(b64)
+    if finite.all():
+        diff = np.abs(a64 - b64)
+    else:
+        same = (a64 == b64) | (np.isnan(a64) & np.isnan(b64))
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = np.where(same, 0.0, np.abs(a64 - b64))
+        a64, b64 = np.where(finite, a64, 0.0), np.where(finite, b64, 0.0)
+    max_abs = float(diff.max()) if diff.size else 0.0
+
+    def dot(x, y):
+        return float(np.add.reduce(np.multiply(x.ravel(), y.ravel())))
+
+    na, nb = float(np.sqrt(dot(a64, a64))), float(np.sqrt(dot(b64, b64)))
+    cosine = float(dot(a64, b64) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        noise = float(np.sum(diff ** 2))
+    snr = float("inf") if noise == 0 else float(10 * np.log10(max(np.sum(a64 ** 2), 1e-30) / noise))
+    exact = float(np.mean(diff == 0)) if diff.size else 1.0
+    one_lsb = float(np.mean(diff <= lsb_scale * 1.0001)) if lsb_scale else None
+    rng_ = float(a64.max() - a64.min()) if a64.size else 0.0
+    return max_abs, cosine, snr, exact, one_lsb, rng_
+
+
+CONTRACTS = [(VerifyContract("exact"), None), (VerifyContract("lsb", 0.01, 0.0, 1), None),
+             (VerifyContract("lsb", 0.0, 0.0, 2), 0.05), (VerifyContract("lsb", 0.0, 0.0, 1), 1.0),
+             (VerifyContract("tolerance", 0.1, 0.0), None), (VerifyContract("ranking"), None)]
+
+
+def _random(rng, dtype, shape):
+    if dtype is np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    if np.dtype(dtype).kind == "f":
+        return (rng.standard_normal(shape) * 10).astype(dtype)
+    info = np.iinfo(dtype)
+    return rng.integers(max(info.min, -1000), min(info.max, 1000) + 1, size=shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, np.float64, np.int8, np.uint8, np.int32, np.int64, np.bool_])
+def test_compare_gives_the_float64_figures_bit_for_bit(dtype):
+    """Equal arrays (any dtype) and one-byte integer arrays take the fast paths: every figure is the
+    float64 path's, to the last bit."""
+    rng = np.random.default_rng(0)
+    for shape in [(3, 5, 7), (1,), (2, 1000)]:
+        a = _random(rng, dtype, shape)
+        for b in (a.copy(), _random(rng, dtype, shape), np.where(rng.random(shape) < 0.9, a, _random(rng, dtype, shape))):
+            for contract, scale in CONTRACTS:
+                got = verify_mod.compare(a, b, contract, lsb_scale=scale)
+                max_abs, cosine, snr, exact, one_lsb, rng_ = _compare_float64(a, b, lsb_scale=scale)
+                assert (got.max_abs_error, got.cosine, got.snr_db, got.bit_exact_fraction,
+                        got.within_one_lsb_fraction) == (max_abs, cosine, snr, exact, one_lsb), (dtype, shape)
+                if contract.contract == "tolerance" or (contract.contract == "lsb" and scale is None):
+                    allowed = contract.rtol * rng_ + contract.atol
+                    assert got.ok == (max_abs <= allowed) and f"vs allowed {allowed:.3g}" in got.detail
+
+
+def test_compare_unequal_or_mixed_arrays_still_takes_the_float64_path():
+    a = np.array([1.0, 2.0, np.inf], np.float32)
+    got = verify_mod.compare(a, a.copy(), VerifyContract("exact"), lsb_scale=None)
+    assert got.ok  # the same infinity is no difference
+    got = verify_mod.compare(np.array([1, 2], np.int8), np.array([1, 2], np.float32), VerifyContract("exact"),
+                             lsb_scale=None)
+    assert got.ok and got.cosine == pytest.approx(1.0)
+    got = verify_mod.compare(np.array([1, 2], np.int8), np.array([1, 3], np.int8), VerifyContract("exact"),
+                             lsb_scale=None)
+    assert not got.ok and got.max_abs_error == 1.0
+
+
+def test_the_uint8_int8_shifts_are_the_int16_arithmetic():
+    u = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    for v in (u, u.T, u[:, ::3]):  # contiguous or not
+        got = verify_mod._as_int8_if_shifted(v, np.int8)
+        assert got.dtype == np.int8 and np.array_equal(got, (v.astype(np.int16) - 128).astype(np.int8))
+    ch = IoChange("input", "x", "int8", 1.0, 0, "uint8")
+    assert np.array_equal(verify_mod._edge_in(u, ch), (u.astype(np.int16) - 128).astype(np.int8))
+    i = np.arange(-128, 128, dtype=np.int16).astype(np.int8).reshape(16, 16).T
+    out = verify_mod._edge_out(i, IoChange("output", "y", "int8", 1.0, 0, "uint8"))
+    assert out.dtype == np.uint8 and np.array_equal(out, (i.astype(np.int16) + 128).astype(np.uint8))
+    # other integer types keep the int16 arithmetic (wrapping as before)
+    w = np.array([300, -5], np.int32)
+    assert np.array_equal(verify_mod._edge_in(w, ch), (w.astype(np.int16) - 128).astype(np.int8))
+
+
+def _qdq_chain(bias: float, name: str = "b"):
+    """x -> Mul(1) -> m -> Add(bias) -> QuantizeLinear (scale 1) -> DequantizeLinear -> Relu -> y."""
+    nodes = [helper.make_node("Mul", ["x", "one"], ["m"], name="mul"),
+             helper.make_node("Add", ["m", name], ["a"], name="add"),
+             helper.make_node("QuantizeLinear", ["a", "s", "z"], ["q"], name="q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["dq"], name="dq"),
+             helper.make_node("Relu", ["dq"], ["y"], name="relu")]
+    return _model(nodes, {"one": np.array(1.0, np.float32), name: np.array(bias, np.float32),
+                          "s": np.array(1.0, np.float32), "z": np.array(0, np.int8)})
+
+
+@pytest.mark.parametrize("region", [("m",), ()])
+def test_an_input_set_the_rewritten_nodes_get_wrong_after_one_they_got_right(monkeypatch, region):
+    """Proven on the first input set, not on the second: the part runs from there on (the original
+    runs again for its frontier where the region does not fetch it), and the isolated region is
+    judged on every input set as before."""
+    monkeypatch.setattr(verify_mod, "PART_MAX_FRACTION", 1.0)
+    orig, fixed = _qdq_chain(0.0), _qdq_chain(0.3, "b2")
+    feeds = [{"x": np.zeros((1, 4, 6, 6), np.float32)},  # 0.3 rounds to 0 as 0 does
+             {"x": np.full((1, 4, 6, 6), 0.4, np.float32)},  # 0.7 rounds to 1, 0.4 to 0
+             {"x": np.full((1, 4, 6, 6), -3.0, np.float32)}]
+    assert verify_mod.fixed_part(orig, fixed, {}, ["y", "q"]) is not None
+    b = [verify_mod.BoundaryCheck("q", "X", VerifyContract("lsb", 0.0, 0.0, 1.0), region)]
+    seen = _spy(monkeypatch)
+    runs = []
+    real_run = verify_mod._PartRun.run
+
+    def part_run(self, ffeed, vals):
+        runs.append(sorted(vals))
+        return real_run(self, ffeed, vals)
+
+    monkeypatch.setattr(verify_mod._PartRun, "run", part_run)
+    lsb = VerifyContract("lsb", 0.0, 0.0, 1.0)
+    a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch, contract=lsb, inputs=feeds, boundaries=b)
+    assert [ok for ok, _ in seen] == [True, False]
+    assert len(runs) == 2 and all("m" in r for r in runs)  # the part, fed its frontier, on sets 2 and 3
+    assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch, contract=lsb, inputs=feeds,
+                        boundaries=b)
+    assert a["rewritten_nodes"][0]["bit_exact_fraction"] == pytest.approx(2 / 3)
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.bool_])
+def test_the_integer_sum_of_squares_is_the_float64_pairwise_sum(dtype):
+    rng = np.random.default_rng(5)
+    for n in (1, 9, 1000, 300_001):
+        if dtype is np.bool_:
+            a = rng.integers(0, 2, n).astype(dtype)
+        else:
+            info = np.iinfo(dtype)
+            a = rng.integers(info.min, info.max + 1, n).astype(dtype)
+        assert verify_mod._sum_of_squares(a) == verify_mod._dot(a, a)
+    extreme = np.full((40, 30), np.iinfo(dtype).min if dtype is not np.bool_ else True, dtype)[:, ::2]
+    assert verify_mod._sum_of_squares(extreme) == verify_mod._dot(extreme, extreme)
+    extreme = np.full(1000, np.iinfo(dtype).max if dtype is not np.bool_ else True, dtype)
+    assert verify_mod._sum_of_squares(extreme) == verify_mod._dot(extreme, extreme)
+
+
+# ------------------------------------------------------------------------------------------------
+# the isolated rewritten regions in the whole fixed model's session (verify._WholeRun)
+# ------------------------------------------------------------------------------------------------
+
+
+def _fix_both_ways(path, monkeypatch):
+    """The verification of ``path`` with the regions in the fixed model's session, and in their own."""
+    built = []
+    real = verify_mod._WholeRun.build.__func__
+
+    def build(cls, *a, **k):
+        w = real(cls, *a, **k)
+        built.append(w)
+        return w
+
+    with monkeypatch.context() as m:
+        m.setattr(verify_mod._WholeRun, "build", classmethod(build))
+        a = fix(path, FixOptions(dry_run=True))
+    with monkeypatch.context() as m:
+        m.setattr(verify_mod._WholeRun, "build", classmethod(lambda cls, *a, **k: None))
+        b = fix(path, FixOptions(dry_run=True))
+    return a, b, built
+
+
+def test_the_regions_in_the_fixed_models_session_give_what_their_own_session_gives(monkeypatch):
+    joined = 0
+    for path in sorted((ROOT / "sample_models").glob("*.onnx")):
+        a, b, built = _fix_both_ways(path, monkeypatch)
+        joined += sum(w is not None and w.runs == 3 for w in built)
+        assert (a.verification is None) == (b.verification is None)
+        if a.verification is not None:
+            assert a.verification.as_dict() == b.verification.as_dict(), path.name
+    assert joined, "no sample model ran its regions in the fixed model's session"
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is not available")
+def test_real_uint8_model_regions_in_the_fixed_models_session(monkeypatch):
+    """coral deeplabv3 (uint8 -> int8 input, NAF003 and NAF015 regions fed shifted original values)."""
+    path = SHARED / "tfl2onnx-coral__deeplabv3_mnv2_dm05_pascal_quant.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    a, b, built = _fix_both_ways(path, monkeypatch)
+    assert [w is not None and w.runs for w in built] == [3]
+    assert a.verification.as_dict() == b.verification.as_dict()
+    assert len(a.verification.boundaries) == 4
