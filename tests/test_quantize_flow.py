@@ -343,3 +343,43 @@ def test_one_session_per_model_and_at_most_one_run_per_feed(monkeypatch, referen
     for (feed, outs) in res.reference:  # the recorded reference is what the float session gives
         for n, v in zip(names, s_f.run(names, feed)):
             assert outs[n].tobytes() == v.tobytes()
+
+
+def _old_compare(a: np.ndarray, b: np.ndarray) -> dict:
+    """The output figures as the report computed them before (four full-size temporaries)."""
+    diff = a - b
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    cosine = float(np.dot(a, b) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    noise = float(np.sum(diff ** 2))
+    snr = float("inf") if noise == 0 else float(10 * np.log10(max(float(np.sum(a ** 2)), 1e-30) / noise))
+    return {"cosine": cosine, "snr_db": snr, "max_abs_error": float(np.abs(diff).max()) if diff.size else 0.0}
+
+
+@pytest.mark.parametrize("case", ["noise", "equal", "signed_zeros", "zeros", "nan", "inf", "one", "empty"])
+def test_compare_gives_the_figures_of_the_formulas_bit_for_bit(case):
+    from fixer.quantize.accuracy import _compare
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(100_003).astype(np.float32).astype(np.float64)
+    b = a + rng.standard_normal(a.size) * 1e-2
+    if case == "equal":
+        b = a.copy()
+    elif case == "signed_zeros":  # -0.0 - 0.0 is -0.0: every difference is a zero, some negative
+        a = np.where(np.arange(a.size) % 2 == 0, -0.0, 0.0)
+        b = np.zeros_like(a)
+    elif case == "zeros":
+        a, b = np.zeros(50), np.zeros(50)
+    elif case == "nan":
+        b[17] = np.nan
+    elif case == "inf":
+        b[5], a[9] = np.inf, -np.inf
+    elif case == "one":
+        a, b = np.array([2.5]), np.array([-1.0])
+    elif case == "empty":
+        a, b = np.zeros(0), np.zeros(0)
+    with np.errstate(all="ignore"):
+        want, got = _old_compare(a, b), _compare(a.copy(), b.copy())
+    assert got.keys() == want.keys()
+    for k in want:  # the same bits (NaN included), the same sign of zero
+        assert np.float64(got[k]).tobytes() == np.float64(want[k]).tobytes(), (k, got[k], want[k])
+    assert _compare(a, b[:-1] if b.size else np.zeros(1))["detail"] == "shapes differ"
