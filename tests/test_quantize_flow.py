@@ -383,3 +383,22 @@ def test_compare_gives_the_figures_of_the_formulas_bit_for_bit(case):
     for k in want:  # the same bits (NaN included), the same sign of zero
         assert np.float64(got[k]).tobytes() == np.float64(want[k]).tobytes(), (k, got[k], want[k])
     assert _compare(a, b[:-1] if b.size else np.zeros(1))["detail"] == "shapes differ"
+
+
+def test_gate_and_accuracy_sessions_do_not_spin_idle_threads():
+    """Scheduling only: the gate's and the accuracy probes' sessions let idle worker threads sleep
+    (the same kernels, the same outputs as a default session)."""
+    import onnxruntime as ort
+
+    from fixer.quantize.accuracy import _Probe
+
+    m = _conv_sub_model()
+    key = "session.intra_op.allow_spinning"
+    for s in (session(m), _Probe(Q._copy(m), ["h"], {"h": TensorProto.FLOAT}).session):
+        assert s.get_session_options().get_session_config_entry(key) == "0"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    default = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    for a, b in zip(session(m).run(None, feed), default.run(None, feed)):
+        assert a.tobytes() == b.tobytes()
