@@ -123,13 +123,13 @@ def _old_worst_tensors(float_model, quant_model, feeds, tmp_path) -> dict[str, f
 
 @pytest.mark.parametrize("name", ["big_activations_float", "classifier_softmax_float"])
 def test_per_tensor_sqnr_and_quantized_outputs_are_the_augmented_models(tmp_path, name):
-    from fixer.quantize.accuracy import _dequantizers, _worst_tensors
+    from fixer.quantize.accuracy import _per_tensor_dequantizers, _worst_tensors
 
     fm = onnx.load(SAMPLES / f"{name}.onnx")
     calib = Q.CalibrationOptions(seed=1, random_samples=4)
     qm = Q.quantize_float_model(fm, calib=calib).model
     # most dequantized tensors are computed from the int8 ones the probe outputs
-    assert len(_dequantizers(qm, [n.output[0] for n in qm.graph.node])) >= 3
+    assert len(_per_tensor_dequantizers(qm, [n.output[0] for n in qm.graph.node])) >= 3
     feeds = Q.open_calibration(fm, calib).take(3)
     outputs = [o.name for o in qm.graph.output]
     rows, got = _worst_tensors(fm, qm, feeds, 10_000, outputs=outputs)
@@ -203,7 +203,7 @@ def test_fix_reports_the_figures_of_a_report_computed_from_scratch(tmp_path, mon
 @pytest.mark.parametrize("dtype, zero, scale", [(np.int8, -3, 0.0173), (np.int8, 127, 3.1e-5), (np.uint8, 128, 0.5),
                                                 (np.uint8, 0, 7.25e3), (np.int8, -128, np.float32(1) / 3)])
 def test_dequantizers_are_onnxruntimes_dequantize_bit_for_bit(dtype, zero, scale):
-    from fixer.quantize.accuracy import _dequantizers
+    from fixer.quantize.accuracy import _per_tensor_dequantizers
 
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     inits = [numpy_helper.from_array(np.array(scale, np.float32), "s"), numpy_helper.from_array(np.array(zero, dtype), "z")]
@@ -212,7 +212,7 @@ def test_dequantizers_are_onnxruntimes_dequantize_bit_for_bit(dtype, zero, scale
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    (dq,) = _dequantizers(m, ["y"]).values()
+    (dq,) = _per_tensor_dequantizers(m, ["y"]).values()
     assert dq.src == "q" and dq.elem == elem
     codes = np.arange(256, dtype=np.uint8).view(dtype)  # every value the input can take
     want = session(m).run(["y"], {"q": codes})[0]
@@ -227,11 +227,11 @@ def test_dequantizers_are_onnxruntimes_dequantize_bit_for_bit(dtype, zero, scale
                                  list(g.input), list(g.output),
                                  [numpy_helper.from_array(np.full(2, scale, np.float32), "s2"),
                                   numpy_helper.from_array(np.full(2, zero, dtype), "z2")])
-    assert _dequantizers(helper.make_model(per_axis), ["y"]) == {}
+    assert _per_tensor_dequantizers(helper.make_model(per_axis), ["y"]) == {}
     no_zero = helper.make_graph([helper.make_node("DequantizeLinear", ["q", "s"], ["y"])], "g", list(g.input),
                                 list(g.output), inits[:1])
-    assert _dequantizers(helper.make_model(no_zero), ["y"]) == {}
-    assert _dequantizers(m, ["other"]) == {}
+    assert _per_tensor_dequantizers(helper.make_model(no_zero), ["y"]) == {}
+    assert _per_tensor_dequantizers(m, ["other"]) == {}
 
 
 def _dynamic_model() -> onnx.ModelProto:

@@ -166,7 +166,7 @@ class _Dequantizer:
         return y
 
 
-def _dequantizers(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, _Dequantizer]:
+def _per_tensor_dequantizers(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, _Dequantizer]:
     """For each tensor among ``names`` that a per-tensor DequantizeLinear of int8 or uint8 values
     writes, with scale and zero-point initializers: how to compute it from its quantized input."""
     inits = {t.name: t for t in model.graph.initializer}
@@ -338,7 +338,7 @@ def _probe_runs(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
             if not pairs:
                 return _ProbeRuns([], {}, {})
             # dequantized tensors are computed from the int8 ones the probe outputs (bit for bit)
-            dqs = _dequantizers(q_model, q_req)
+            dqs = _per_tensor_dequantizers(q_model, q_req)
             q_fetch = [dqs[q].src if q in dqs else q for q in q_req]
             q_types = {**q_types, **{d.src: d.elem for d in dqs.values()}}
             f_probe = _Probe(f_model, f_req, f_types)
