@@ -27,7 +27,7 @@ def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: 
         placement, estimate = placed[1:]
     else:
         placement = place(view, profile, domain=domain)
-        estimate = estimate_epochs(view, placement, profile)
+        estimate = estimate_epochs(view, placement, profile, domain=domain)
     memory = estimate_memory(view, placement, domain, pools)
     findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
     return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)

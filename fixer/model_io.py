@@ -149,10 +149,14 @@ def load_model(
         warnings.append(f"onnx checker: {first}")
     except Exception as exc:  # noqa: BLE001 - the checker raises many kinds; none is fatal for analysis
         warnings.append(f"onnx checker could not run: {exc}")
+    # shape inference of a graph without subgraphs, functions or training graphs: _infer_apart
+    flat = not scan.subgraphs and not len(model.functions) and not len(model.training_info)
+    # (inference changes no node: the outputs whose shapes the probe wants are known already)
+    produced = [o for op, outs in zip(scan.ops, scan.outputs) if op != "Constant" for o in outs if o]
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
-    model = _infer_shapes(model, p, warnings)
+    model = _infer_shapes(model, p, warnings, weights_apart=flat)
     if not any(d.pinned_to is None for d in dyn):
-        _fill_shapes_by_running(model, warnings)
+        _fill_shapes_by_running(model, warnings, produced=produced)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
                        imported=imported)
 
@@ -173,14 +177,16 @@ class _NodeScan:
     ``onnx.external_data_helper`` loads) keeps its data in an external file.
     """
 
-    __slots__ = ("nodes", "inputs", "outputs", "bad_text", "external")
+    __slots__ = ("nodes", "inputs", "outputs", "ops", "bad_text", "external", "subgraphs")
 
     def __init__(self, graph: onnx.GraphProto, functions=()):
         top = list(graph.node)
         self.inputs = [n.input[:] for n in top]  # (a slice copies in C: twice as fast as list())
         self.outputs = [n.output[:] for n in top]
+        self.ops = [n.op_type for n in top]
         self.nodes: list = []
         self.bad_text = None
+        self.subgraphs = False  # some node has a GRAPH or GRAPHS attribute (even an empty one)
         self.external = any(t.data_location == _EXTERNAL for t in graph.initializer)
         self._walk(top)
         for fn in functions:  # functions are no graph nodes: only their attribute tensors count
@@ -210,6 +216,7 @@ class _NodeScan:
                                 self.bad_text = (node, attr)
                                 break
                 elif kind == _GRAPH or kind == _GRAPHS:
+                    self.subgraphs = True
                     subgraphs = subgraphs or []
                     subgraphs.extend((attr.g,) if kind == _GRAPH else attr.graphs)
                 if not self.external and (attr.HasField("t") or attr.tensors):
@@ -436,6 +443,12 @@ def _check_acyclic(graph: onnx.GraphProto, path: Path, scan: _NodeScan | None = 
             if out:
                 producers[out] = i
     n_nodes = len(scan.outputs)
+    # the common case: every node reads only what earlier nodes produce (sorted, hence acyclic)
+    for i, ins in enumerate(scan.inputs):
+        if any(producers.get(t, -1) >= i for t in ins):
+            break
+    else:
+        return
     indeg = [0] * n_nodes
     users: list[list[int]] = [[] for _ in range(n_nodes)]
     for i, ins in enumerate(scan.inputs):
@@ -553,7 +566,10 @@ def _pin_input_shapes(
     return found
 
 
-def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str]) -> onnx.ModelProto:
+def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str], *,
+                  weights_apart: bool = False) -> onnx.ModelProto:
+    """ONNX shape inference (data propagation on). ``weights_apart`` (a graph without subgraphs and
+    functions): :func:`_infer_apart`, the same result without copying the weights through it."""
     # Stale value_info from the exporter can contradict pinned inputs; inference recomputes it.
     del model.graph.value_info[:]
     for out in model.graph.output:
@@ -562,10 +578,45 @@ def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str]) -> on
         if any(not d.HasField("dim_value") for d in shape.dim):
             out.type.tensor_type.ClearField("shape")
     try:
+        if weights_apart:
+            return _infer_apart(model)
         return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # noqa: BLE001 - inference errors on odd models must not abort an audit
         warnings.append(f"shape inference failed ({str(exc).splitlines()[0]}); some shapes are unknown")
         return model
+
+
+#: Initializers whose bytes :func:`_infer_apart` keeps out of shape inference: at least this large
+#: and not of an integer type shape arithmetic reads (inference reads the values of small int64/int32
+#: tensors only: Reshape targets, Slice bounds... and a few float scales, far below this size).
+_APART_MIN_BYTES = 4096
+_SHAPE_DATA_TYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
+
+
+def _infer_apart(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``infer_shapes(model)`` for a graph without subgraphs or functions, with the large weights'
+    bytes held apart: inference serializes the model, copies it in C++ and returns a new model, so
+    every weight byte was copied four times for shapes that never depend on them. Returns ``model``
+    itself with the inferred value_info and outputs (inference changes nothing else in such a graph;
+    tests/test_shape_fill.py compares the bytes with plain inference on every shared model)."""
+    held = []
+    for t in model.graph.initializer:
+        if t.data_type not in _SHAPE_DATA_TYPES:
+            data = t.raw_data
+            if len(data) >= _APART_MIN_BYTES:
+                held.append((t, data))
+                t.ClearField("raw_data")
+    try:
+        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+    finally:
+        for t, data in held:
+            t.raw_data = data
+    g, ig = model.graph, inferred.graph
+    del g.value_info[:]
+    g.value_info.extend(ig.value_info)
+    del g.output[:]
+    g.output.extend(ig.output)
+    return model
 
 
 def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -579,26 +630,39 @@ def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _unknown_shape_tensors(model: onnx.ModelProto) -> list[str]:
-    """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs."""
+def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = None) -> list[str]:
+    """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs
+    (``produced``: those outputs' names, in node order, when the caller has them)."""
     g = model.graph
     known = {t.name for t in g.initializer}
+    static: dict[bytes, bool] = {}  # serialized TensorTypeProto -> fully static (few distinct per graph)
     for vi in itertools.chain(g.value_info, g.output, g.input):
         tt = vi.type.tensor_type
-        if tt.HasField("shape"):
-            for d in tt.shape.dim:
-                if not d.HasField("dim_value"):
-                    break
-            else:
-                known.add(vi.name)
-    return [o for node in g.node if node.op_type != "Constant" for o in node.output if o and o not in known]
+        key = tt.SerializeToString()
+        ok = static.get(key)
+        if ok is None:
+            ok = static[key] = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+        if ok:
+            known.add(vi.name)
+    if produced is None:
+        produced = [o for node in g.node if node.op_type != "Constant" for o in node.output if o]
+    return [o for o in produced if o not in known]
 
 
-def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str]) -> None:
+def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, produced: list[str] | None = None) -> None:
     """Where ONNX shape inference gives up (contrib ops, shape arithmetic), run the model once in
-    onnxruntime on seeded data and record the shapes and types it actually produced."""
-    missing = _unknown_shape_tensors(model)
+    onnxruntime on seeded data and record the shapes and types it actually produced (``produced``:
+    as for :func:`_unknown_shape_tensors`)."""
+    missing = _unknown_shape_tensors(model, produced)
     if not missing:
+        return
+    # First without running anything: shape arithmetic folded and com.microsoft shape rules (exact
+    # static shapes or nothing; fixer.shape_fill). The run below stays for what that leaves unknown.
+    from .shape_fill import infer_missing
+
+    found = infer_missing(model, missing)
+    if found is not None:
+        model.graph.value_info.extend(found)
         return
     import numpy as np
     import onnxruntime as ort
@@ -617,7 +681,7 @@ def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str]) -> None
         # one thread: the probe only reads shapes and element types, and a thread pool (spinning while
         # the run lasts) cost more to start than it saved: 5 probed shared models 0.15 -> 0.07 s
         opts.intra_op_num_threads = 1
-        sess = ort.InferenceSession(probe.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = runtime_session(probe.SerializeToString(), opts, initializers=runtime_initializers(probe))
         rng = np.random.default_rng(0)
         feeds = {}
         for i in sess.get_inputs():
@@ -652,6 +716,50 @@ def _random_input(rng, type_str: str, shape: list[int]):
         return rng.integers(0, 2, shape).astype(np.bool_)
     info = np.iinfo(dtype)
     return rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype)
+
+
+#: From this many initializers (Constant nodes of the main graph count: onnxruntime turns them into
+#: initializers), :func:`runtime_session` creates a session through the path that keeps them in its
+#: graph. Below it, saving the copy costs more than the search it avoids (measured on onnxruntime
+#: 1.32: 5,000 initializers +5%, 10,000 -27%, 49,247 -44% of the session's creation).
+MANY_INITIALIZERS = 10_000
+
+
+def runtime_initializers(model: onnx.ModelProto) -> int:
+    """The initializers onnxruntime holds for ``model``'s main graph: its initializers and Constant nodes."""
+    g = model.graph
+    return len(g.initializer) + sum(1 for n in g.node if n.op_type == "Constant" and not n.domain)
+
+
+def runtime_session(data: bytes, opts, *, initializers: int):
+    """An onnxruntime CPU session of the serialized model ``data`` with session options ``opts``.
+
+    onnxruntime moves each initializer out of the graph as it hands it to the session, finding it by
+    name in the graph's initializer list each time: quadratic in their number (onnxruntime 1.32, a
+    QDQ chain of 49,247 initializers: 1.8 s of the session's 3.7 s, 63x the 4,925-initializer
+    chain's). A session that saves its optimized model keeps the initializers in its graph and skips
+    that step. From ``MANY_INITIALIZERS`` ``initializers`` on, the session is created so, the copy
+    written in a temporary directory deleted right after; the graph that runs is the same (the same
+    ``opts``: optimization level and transformers), so are its outputs. The graph's copy of the
+    initializers stays while the session lives. Should that path fail (no room for the copy, a
+    graph onnxruntime cannot save), the session is created as usual, and its error, if any, is the
+    one the caller sees."""
+    import onnxruntime as ort
+
+    providers = ["CPUExecutionProvider"]
+    if initializers >= MANY_INITIALIZERS and not opts.optimized_model_filepath:
+        import tempfile
+
+        try:
+            with tempfile.TemporaryDirectory(prefix="nafix-ort-") as tmp:
+                opts.optimized_model_filepath = os.path.join(tmp, "session.onnx")
+                try:
+                    return ort.InferenceSession(data, opts, providers=providers)
+                finally:
+                    opts.optimized_model_filepath = ""
+        except Exception:  # noqa: BLE001 - this path is only faster: the usual session decides
+            log.debug("onnxruntime session keeping its initializers failed; creating it as usual")
+    return ort.InferenceSession(data, opts, providers=providers)
 
 
 def prepare_for_runtime(model: onnx.ModelProto) -> onnx.ModelProto:

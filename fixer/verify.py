@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from .errors import InputError
-from .model_io import prepare_for_runtime, read_npz
+from .model_io import prepare_for_runtime, read_npz, runtime_initializers, runtime_session
 from .rewriters import IoChange
 from .rules import CONTRACT_ORDER, VerifyContract
 
@@ -114,8 +114,8 @@ def session(model: onnx.ModelProto):
     # same kernels compute the same bits). The gate's runs are short and many, often beside other
     # work: on a loaded 2-core machine spinning cost ~40-70% more CPU time for the same runs.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(prepare_for_runtime(model).SerializeToString(), opts,
-                                providers=["CPUExecutionProvider"])
+    return runtime_session(prepare_for_runtime(model).SerializeToString(), opts,
+                           initializers=runtime_initializers(model))
 
 
 def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:

@@ -284,3 +284,45 @@ def test_a_shared_quant_domain_places_and_sizes_as_fresh_ones(name, monkeypatch)
     assert built == [other, other]  # another view's domain is not: one is built for the view placed
     strict = QuantDomain(view, profile, strict=not is_oe_export(model))
     assert estimate_memory(view, shared, domain) == estimate_memory(view, fresh, strict)
+
+
+def _kahn_acyclic(graph: onnx.GraphProto) -> bool:
+    """The plain topological-sort test (no sorted-graph fast path) _check_acyclic holds to."""
+    producers = {o: i for i, n in enumerate(graph.node) for o in n.output if o}
+    indeg = [len({producers[t] for t in n.input if t in producers}) for n in graph.node]
+    users: list[list[int]] = [[] for _ in graph.node]
+    for i, n in enumerate(graph.node):
+        for d in {producers[t] for t in n.input if t in producers}:
+            users[d].append(i)
+    ready = [i for i, d in enumerate(indeg) if d == 0]
+    seen = 0
+    while ready:
+        i = ready.pop()
+        seen += 1
+        for u in users[i]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                ready.append(u)
+    return seen == len(graph.node)
+
+
+@pytest.mark.parametrize("case", ["sorted", "unsorted", "self_loop", "two_cycle", "reads_later_duplicate"])
+def test_acyclic_check_agrees_with_the_plain_topological_sort(case):
+    n = h.make_node
+    nodes = {
+        "sorted": [n("Relu", ["x"], ["a"]), n("Relu", ["a"], ["b"]), n("Add", ["a", "b"], ["y"])],
+        "unsorted": [n("Add", ["a", "b"], ["y"]), n("Relu", ["a"], ["b"]), n("Relu", ["x"], ["a"])],
+        "self_loop": [n("Add", ["x", "y"], ["y"])],
+        "two_cycle": [n("Relu", ["x"], ["a"]), n("Add", ["a", "c"], ["b"]), n("Relu", ["b"], ["c"]),
+                      n("Identity", ["c"], ["y"])],
+        # two producers of 'a': the later one counts (as in the topological sort); the reader sits between
+        "reads_later_duplicate": [n("Relu", ["x"], ["a"]), n("Relu", ["a"], ["y"]), n("Neg", ["x"], ["a"])],
+    }[case]
+    g = h.make_graph(nodes, "g", [tv("x", [1, 4])], [tv("y", [1, 4])])
+    expected = _kahn_acyclic(g)
+    assert expected == (case in ("sorted", "unsorted", "reads_later_duplicate"))
+    if expected:
+        model_io._check_acyclic(g, Path("m.onnx"))
+    else:
+        with pytest.raises(InputError, match="cycle"):
+            model_io._check_acyclic(g, Path("m.onnx"))

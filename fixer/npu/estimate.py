@@ -101,8 +101,12 @@ class EpochEstimate:
         }
 
 
-def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfile) -> EpochEstimate:
+def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfile, *, domain=None) -> EpochEstimate:
+    """The epochs stedgeai would make of ``view`` placed as ``placement``. ``domain``: the view's
+    :class:`~fixer.npu.placement.QuantDomain` (unchanged since it was built), whose activation lists
+    are read instead of computing them again."""
     by_name = placement.by_name
+    activations = domain.activations if domain is not None and domain.view is view else view.activations
     groups: list[Epoch] = []
     tensor_epoch: dict[str, int] = {}  # tensor -> index of the HW epoch that computed it
     summed: set[int] = set()  # epochs that sum the partial results of a decomposed wide-kernel Conv
@@ -144,7 +148,7 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
 
     for node in view.nodes:
         p = by_name[node.name]
-        acts = view.activations(node)
+        acts = activations(node)
         if p.unit == FOLDED:
             if node.op in MOVEMENT_OPS or node.op in ("QuantizeLinear", "DequantizeLinear"):
                 for t in acts[:1]:

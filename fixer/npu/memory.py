@@ -87,17 +87,36 @@ def weights_bytes(view: GraphView) -> int:
     weights at 4; Q/DQ scales and zero-points and integer shape arguments are not counted."""
     seen: set[str] = set()
     total = 0
+    Constant = ir.Constant
     for node in view.nodes:
+        qdq = node.op in QDQ_OPS
         for i, t in enumerate(node.inputs):
-            if not isinstance(t, ir.Constant) or t.name in seen:
+            if not isinstance(t, Constant) or t.name in seen:
                 continue
-            if node.op in QDQ_OPS and i > 0:
+            if qdq and i > 0:
                 continue
-            if t.dtype == np.int64 or t.size <= 1 and node.op not in QDQ_OPS:
+            # (t.dtype, t.size and t.nbytes, each property read once: the weights are not decoded)
+            dtype = t.dtype
+            if dtype == np.int64:
+                continue
+            size = 1
+            for d in t.shape:
+                size *= int(d)
+            if size <= 1 and not qdq:
                 continue
             seen.add(t.name)
-            total += t.nbytes  # from the stored shape and type: the weights are not decoded
+            total += _constant_nbytes(t, dtype, size)
     return total
+
+
+def _constant_nbytes(t: ir.Constant, dtype, size: int) -> int:
+    """``t.nbytes`` given its ``dtype`` and ``size`` (as :attr:`fixer.ir.Constant.nbytes` computes it)."""
+    if t.is_loaded:
+        return int(t.values.nbytes)
+    try:
+        return size * _itemsize(dtype)
+    except TypeError:
+        return int(t.values.nbytes)
 
 
 def estimate_memory(view: GraphView, placement: Placement, domain: QuantDomain, pools=None) -> MemoryEstimate:

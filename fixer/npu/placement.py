@@ -466,14 +466,26 @@ def _const_derived(view: GraphView) -> frozenset[str]:
     RESHAPE -> CONCATENATION of constants, made no epoch; OBS)."""
     out: set[str] = set()
     derived: set[str] = set()  # tensors computed from constants only
+    folded = view.folded
+    Constant = ir.Constant
     for node in view.nodes:
-        ins = [t for t in node.inputs if t.name]
-        if not ins:
-            continue
-        if all(isinstance(t, ir.Constant) or t.name in derived or view.is_const(t) for t in ins):
-            derived.update(o.name for o in node.outputs)
-            if node.op not in QDQ_OPS or any(t.name in derived for t in ins):
-                out.add(node.name)  # (a weight's own Q/DQ stays visible: placed as 'weights')
+        named = False
+        for t in node.inputs:  # every named input constant (view.is_const inline: this runs per node)
+            name = t.name
+            if not name:
+                continue
+            named = True
+            if isinstance(t, Constant) or name in derived:
+                continue
+            producers = t.inputs
+            if producers and producers[0].name in folded:
+                continue
+            break
+        else:
+            if named:
+                derived.update(o.name for o in node.outputs)
+                if node.op not in QDQ_OPS or any(t.name in derived for t in node.inputs if t.name):
+                    out.add(node.name)  # (a weight's own Q/DQ stays visible: placed as 'weights')
     return frozenset(out)
 
 
