@@ -317,8 +317,9 @@ onnx.save(q.model, sys.argv[2])
 """
 
 
-def bench_quantize(folder: Path, samples: int = 16) -> None:
-    """--quantize at scale (child processes: wall, CPU, peak RSS)."""
+def bench_quantize(folder: Path, samples: int = 16, repeat: int = 2) -> None:
+    """--quantize at scale (child processes: wall, CPU, peak RSS); the YOLOv8n figures are medians of
+    ``max(2, repeat)`` interleaved runs of each side."""
     with tempfile.TemporaryDirectory(prefix="nafix-bench-") as tmp:
         gtcrn = folder / "gtcrn__gtcrn_simple.onnx"
         if gtcrn.is_file():
@@ -337,13 +338,14 @@ def bench_quantize(folder: Path, samples: int = 16) -> None:
             onnx.save(dequantized(onnx.load(str(yolo))), fl)
             size = fl.stat().st_size / 2**20
             runs = {"plain": [], "nafix": [], "full": []}
-            for _ in range(2):  # interleaved
+            for _ in range(max(2, repeat)):  # interleaved
                 runs["plain"].append(_child(_PLAIN_CHILD, str(fl), str(Path(tmp) / "y_plain.onnx"), str(samples)))
                 runs["nafix"].append(_child(_NAFIX_Q_CHILD, str(fl), str(Path(tmp) / "y_nafix.onnx"), str(samples)))
                 runs["full"].append(_child(_QUANTIZE_CHILD, str(fl), str(Path(tmp) / "y_full.onnx"), str(samples)))
             p = {k: med([x[k] for x in runs["plain"]]) for k in ("wall_s", "cpu_s", "rss_mib")}
             q = {k: med([x[k] for x in runs["nafix"]]) for k in ("wall_s", "cpu_s", "rss_mib")}
-            print(f"float YOLOv8n ({size:.1f} MB, dequantized from {yolo.name}), {samples} samples: nafix "
+            print(f"float YOLOv8n ({size:.1f} MB, dequantized from {yolo.name}), {samples} samples, medians of "
+                  f"{len(runs['plain'])} interleaved runs: nafix "
                   f"quantize_float_model {q['wall_s']:.1f} s / {q['cpu_s']:.1f} s CPU / {q['rss_mib']:.0f} MiB; plain "
                   f"quantize_static {p['wall_s']:.1f} s / {p['cpu_s']:.1f} s CPU / {p['rss_mib']:.0f} MiB; ratio "
                   f"{q['wall_s'] / p['wall_s']:.2f}x time, {q['cpu_s'] / p['cpu_s']:.2f}x CPU, "
@@ -412,7 +414,7 @@ def run(sections: str, folder: Path, repeat: int) -> None:
     if "chains" in chosen:
         bench_chains(repeat)
     if "quantize" in chosen:
-        bench_quantize(folder)
+        bench_quantize(folder, repeat=repeat)
     if "onnxslim" in chosen:
         bench_onnxslim(folder, repeat)
     print(f"load average at end {_load()}")

@@ -168,3 +168,33 @@ def test_streamed_sqnr_is_onnxruntimes(tmp_path):
     assert len(theirs) >= 5 and set(ours) == set(theirs)
     for k, v in theirs.items():
         assert ours[k] == pytest.approx(v, rel=1e-4, abs=1e-3), k
+
+
+@pytest.mark.parametrize("method", ["MinMax", "Entropy", "Percentile"])
+def test_calibration_without_spinning_is_onnxruntimes(tmp_path, method):
+    """nafix's calibration sessions only let idle threads sleep: onnxruntime's own session options
+    otherwise, and the quantized model byte for byte onnxruntime's; everything restored after."""
+    import onnxruntime
+    from onnxruntime.quantization import CalibrationMethod, calibrate
+
+    from fixer.quantize.ort import _calibration_without_spinning
+
+    kw = {"per_channel": True, "calibrate_method": getattr(CalibrationMethod, method),
+          "extra_options": {"ForceQuantizeNoInputCheck": True, "WeightSymmetric": True}}
+    plain = _quantize(tmp_path, _model(), "plain", **kw)
+    before = calibrate.CalibraterBase.__dict__["create_inference_session"]
+    onnx.save(_model(), tmp_path / "m.onnx")
+    with _calibration_without_spinning():
+        quiet = _quantize(tmp_path, _model(), "quiet", **kw)
+        cal = calibrate.create_calibrator(str(tmp_path / "m.onnx"), calibrate_method=getattr(CalibrationMethod, method),
+                                          augmented_model_path=str(tmp_path / "aug.onnx"))
+        opts = cal.infer_session.get_session_options()
+        assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert opts.graph_optimization_level == onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+        assert calibrate.onnxruntime is onnxruntime  # swapped only while the session is created
+    assert quiet.SerializeToString() == plain.SerializeToString()
+    assert calibrate.CalibraterBase.__dict__["create_inference_session"] is before
+    # without the block, onnxruntime's default (spinning) is back
+    cal = calibrate.create_calibrator(str(tmp_path / "m.onnx"), augmented_model_path=str(tmp_path / "aug2.onnx"))
+    with pytest.raises(RuntimeError, match="allow_spinning"):  # not set: onnxruntime's default
+        cal.infer_session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning")

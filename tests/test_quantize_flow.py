@@ -7,6 +7,10 @@
 * the per-tensor SQNR makes only the matched tensors graph outputs (not every float tensor through a
   Reshape, as ``qdq_loss_debug`` does) and its quantized runs give those feeds' outputs too: the
   figures are those of onnxruntime's augmented models, exactly.
+* those two sessions (float, quantized) give every figure: the quantized model runs once per feed,
+  the float model once per per-tensor feed; a probe run writes its intermediate tensors into the
+  previous run's arrays (same bits); dequantized values are computed arithmetically (same bits as
+  onnxruntime's DequantizeLinear for all 256 codes).
 * ``fix --quantize`` uses the recorded reference when the float model it quantized computes what
   the original does (no float rewrite, or only bit-exact ones) and reports the figures a report
   computed from scratch gives.
@@ -119,13 +123,13 @@ def _old_worst_tensors(float_model, quant_model, feeds, tmp_path) -> dict[str, f
 
 @pytest.mark.parametrize("name", ["big_activations_float", "classifier_softmax_float"])
 def test_per_tensor_sqnr_and_quantized_outputs_are_the_augmented_models(tmp_path, name):
-    from fixer.quantize.accuracy import _dequantize_tables, _worst_tensors
+    from fixer.quantize.accuracy import _per_tensor_dequantizers, _worst_tensors
 
     fm = onnx.load(SAMPLES / f"{name}.onnx")
     calib = Q.CalibrationOptions(seed=1, random_samples=4)
     qm = Q.quantize_float_model(fm, calib=calib).model
     # most dequantized tensors are computed from the int8 ones the probe outputs
-    assert len(_dequantize_tables(qm, [n.output[0] for n in qm.graph.node])) >= 3
+    assert len(_per_tensor_dequantizers(qm, [n.output[0] for n in qm.graph.node])) >= 3
     feeds = Q.open_calibration(fm, calib).take(3)
     outputs = [o.name for o in qm.graph.output]
     rows, got = _worst_tensors(fm, qm, feeds, 10_000, outputs=outputs)
@@ -198,8 +202,8 @@ def test_fix_reports_the_figures_of_a_report_computed_from_scratch(tmp_path, mon
 
 @pytest.mark.parametrize("dtype, zero, scale", [(np.int8, -3, 0.0173), (np.int8, 127, 3.1e-5), (np.uint8, 128, 0.5),
                                                 (np.uint8, 0, 7.25e3), (np.int8, -128, np.float32(1) / 3)])
-def test_dequantize_tables_are_onnxruntimes_dequantize_bit_for_bit(dtype, zero, scale):
-    from fixer.quantize.accuracy import _dequantize_tables
+def test_dequantizers_are_onnxruntimes_dequantize_bit_for_bit(dtype, zero, scale):
+    from fixer.quantize.accuracy import _per_tensor_dequantizers
 
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     inits = [numpy_helper.from_array(np.array(scale, np.float32), "s"), numpy_helper.from_array(np.array(zero, dtype), "z")]
@@ -208,18 +212,193 @@ def test_dequantize_tables_are_onnxruntimes_dequantize_bit_for_bit(dtype, zero, 
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [256])], inits)
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     m.ir_version = 8
-    (src, kind, table), = _dequantize_tables(m, ["y"]).values()
-    assert src == "q" and kind == elem
-    codes = np.arange(256, dtype=np.uint8).view(dtype)
+    (dq,) = _per_tensor_dequantizers(m, ["y"]).values()
+    assert dq.src == "q" and dq.elem == elem
+    codes = np.arange(256, dtype=np.uint8).view(dtype)  # every value the input can take
     want = session(m).run(["y"], {"q": codes})[0]
-    assert np.take(table, codes.view(np.uint8)).tobytes() == want.tobytes()
+    got = dq(codes)
+    assert got.dtype == np.float32 and got.tobytes() == want.tobytes()
+    # the 256-entry table the report used before (float32(int32(x) - zero) * scale): the same bits
+    table = (codes.astype(np.int32) - np.int32(zero)).astype(np.float32) * np.float32(scale)
+    assert got.tobytes() == table.tobytes()
+    assert dq(codes.reshape(16, 16)).shape == (16, 16) and dq(codes.reshape(16, 16)).tobytes() == want.tobytes()
     # per-axis scales, float16 scales, a missing zero-point: left to onnxruntime (the tensor is fetched)
     per_axis = helper.make_graph([helper.make_node("DequantizeLinear", ["q", "s2", "z2"], ["y"], axis=0)], "g",
                                  list(g.input), list(g.output),
                                  [numpy_helper.from_array(np.full(2, scale, np.float32), "s2"),
                                   numpy_helper.from_array(np.full(2, zero, dtype), "z2")])
-    assert _dequantize_tables(helper.make_model(per_axis), ["y"]) == {}
+    assert _per_tensor_dequantizers(helper.make_model(per_axis), ["y"]) == {}
     no_zero = helper.make_graph([helper.make_node("DequantizeLinear", ["q", "s"], ["y"])], "g", list(g.input),
                                 list(g.output), inits[:1])
-    assert _dequantize_tables(helper.make_model(no_zero), ["y"]) == {}
-    assert _dequantize_tables(m, ["other"]) == {}
+    assert _per_tensor_dequantizers(helper.make_model(no_zero), ["y"]) == {}
+    assert _per_tensor_dequantizers(m, ["other"]) == {}
+
+
+def _dynamic_model() -> onnx.ModelProto:
+    """x [1, 4, H, W] (H, W dynamic) -> Conv -> Relu -> Mul -> y: intermediate tensors whose shape
+    follows the feed."""
+    rng = np.random.default_rng(9)
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 4, 3, 3)) * 0.3).astype(np.float32), "w"),
+             numpy_helper.from_array(np.float32(1.5), "k")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]), helper.make_node("Mul", ["r", "k"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, "h", "w"])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def test_probe_reuse_writes_the_same_bits_into_the_last_arrays():
+    """A reuse run writes the intermediate tensors into the previous run's arrays (I/O binding): the
+    values are a plain session's bit for bit; the graph outputs are fresh arrays every time (the
+    caller keeps them); other input shapes, and a released probe, run plainly."""
+    from fixer.quantize.accuracy import _Probe
+
+    m = _dynamic_model()
+    probe = _Probe(Q._copy(m), ["c", "r"], {"c": TensorProto.FLOAT, "r": TensorProto.FLOAT})
+    plain = session(_with_outputs(m, ["c", "r"]))
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.standard_normal((1, 4, h, w)).astype(np.float32)}
+             for h, w in [(6, 5), (6, 5), (6, 5), (3, 7), (3, 7)]]
+    bound = []
+    real = _Probe._run_into
+
+    def spy(self, fetch, inputs):
+        got = real(self, fetch, inputs)
+        bound.append(got is not None)
+        return got
+
+    kept = []
+    prev = None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_Probe, "_run_into", spy)
+        for k, feed in enumerate(feeds):
+            got = probe.run(["y", "c", "r", "x"], feed, reuse=True)
+            want = dict(zip(["y", "c", "r"], plain.run(["y", "c", "r"], feed)))
+            for n in ("y", "c", "r"):
+                assert got[n].shape == want[n].shape and got[n].tobytes() == want[n].tobytes(), (k, n)
+            assert got["x"] is feed["x"] or np.array_equal(got["x"], feed["x"])
+            if prev is not None and prev["c"].shape == got["c"].shape:
+                assert got["c"] is prev["c"] and got["r"] is prev["r"]  # written in place
+                assert got["y"] is not prev["y"]
+            kept.append((got["y"], want["y"].copy()))
+            prev = got
+        probe.release()
+        got = probe.run(["c"], feeds[0], reuse=True)
+    # feed 0: nothing to reuse; 1, 2: bound; 3: other shape, plain; 4: bound; after release: plain
+    assert bound == [True, True, False, True]
+    assert all(y.tobytes() == w.tobytes() for y, w in kept)  # the outputs the caller kept are intact
+    assert got["c"].tobytes() == plain.run(["c"], feeds[0])[0].tobytes()
+
+
+def _with_outputs(model: onnx.ModelProto, names) -> onnx.ModelProto:
+    m = Q._copy(model)
+    for n in names:
+        m.graph.output.append(helper.make_tensor_value_info(n, TensorProto.FLOAT, None))
+    return m
+
+
+@pytest.mark.parametrize("reference", [True, False])
+def test_one_session_per_model_and_at_most_one_run_per_feed(monkeypatch, reference):
+    """The per-tensor SQNR's sessions give every output figure: two sessions in all (float, quantized),
+    the quantized model run once per feed, the float model once per per-tensor feed (and once per
+    other feed only without a recorded reference); the figures are those of plain sessions."""
+    import onnxruntime as ort
+
+    fm = _conv_sub_model()
+    calib = Q.CalibrationOptions(seed=4, random_samples=8)
+    res = Q.quantize_float_model(fm, calib=calib, keep_reference=6)
+    feeds = [f for f, _ in res.reference]
+    ref = [r for _, r in res.reference] if reference else None
+    created, runs = [], []
+    real_init, real_run, real_bound = ort.InferenceSession.__init__, ort.InferenceSession.run, \
+        ort.InferenceSession.run_with_iobinding
+
+    def init(self, *a, **kw):
+        created.append(self)
+        real_init(self, *a, **kw)
+
+    def run(self, *a, **kw):
+        runs.append(created.index(self))
+        return real_run(self, *a, **kw)
+
+    def run_bound(self, *a, **kw):
+        runs.append(created.index(self))
+        return real_bound(self, *a, **kw)
+
+    monkeypatch.setattr(ort.InferenceSession, "__init__", init)
+    monkeypatch.setattr(ort.InferenceSession, "run", run)
+    monkeypatch.setattr(ort.InferenceSession, "run_with_iobinding", run_bound)
+    acc = Q.accuracy_report(fm, res.model, feeds, calibration=res.calibration, debug_samples=2, reference=ref)
+    monkeypatch.undo()
+    assert len(created) == 2
+    f_runs, q_runs = runs.count(0), runs.count(1)
+    assert (f_runs, q_runs) == ((2 if reference else 6), 6)
+    # the same figures from plain sessions: the float model run on every feed, the quantized too
+    plain = Q.accuracy_report(fm, res.model, feeds, calibration=res.calibration, worst=0)
+    assert acc.outputs == plain.outputs and acc.worst_tensors
+    names = [o.name for o in fm.graph.output]
+    s_f = session(fm)
+    for (feed, outs) in res.reference:  # the recorded reference is what the float session gives
+        for n, v in zip(names, s_f.run(names, feed)):
+            assert outs[n].tobytes() == v.tobytes()
+
+
+def _old_compare(a: np.ndarray, b: np.ndarray) -> dict:
+    """The output figures as the report computed them before (four full-size temporaries)."""
+    diff = a - b
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    cosine = float(np.dot(a, b) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
+    noise = float(np.sum(diff ** 2))
+    snr = float("inf") if noise == 0 else float(10 * np.log10(max(float(np.sum(a ** 2)), 1e-30) / noise))
+    return {"cosine": cosine, "snr_db": snr, "max_abs_error": float(np.abs(diff).max()) if diff.size else 0.0}
+
+
+@pytest.mark.parametrize("case", ["noise", "equal", "signed_zeros", "zeros", "nan", "inf", "one", "empty"])
+def test_compare_gives_the_figures_of_the_formulas_bit_for_bit(case):
+    from fixer.quantize.accuracy import _compare
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal(100_003).astype(np.float32).astype(np.float64)
+    b = a + rng.standard_normal(a.size) * 1e-2
+    if case == "equal":
+        b = a.copy()
+    elif case == "signed_zeros":  # -0.0 - 0.0 is -0.0: every difference is a zero, some negative
+        a = np.where(np.arange(a.size) % 2 == 0, -0.0, 0.0)
+        b = np.zeros_like(a)
+    elif case == "zeros":
+        a, b = np.zeros(50), np.zeros(50)
+    elif case == "nan":
+        b[17] = np.nan
+    elif case == "inf":
+        b[5], a[9] = np.inf, -np.inf
+    elif case == "one":
+        a, b = np.array([2.5]), np.array([-1.0])
+    elif case == "empty":
+        a, b = np.zeros(0), np.zeros(0)
+    with np.errstate(all="ignore"):
+        want, got = _old_compare(a, b), _compare(a.copy(), b.copy())
+    assert got.keys() == want.keys()
+    for k in want:  # the same bits (NaN included), the same sign of zero
+        assert np.float64(got[k]).tobytes() == np.float64(want[k]).tobytes(), (k, got[k], want[k])
+    assert _compare(a, b[:-1] if b.size else np.zeros(1))["detail"] == "shapes differ"
+
+
+def test_gate_and_accuracy_sessions_do_not_spin_idle_threads():
+    """Scheduling only: the gate's and the accuracy probes' sessions let idle worker threads sleep
+    (the same kernels, the same outputs as a default session)."""
+    import onnxruntime as ort
+
+    from fixer.quantize.accuracy import _Probe
+
+    m = _conv_sub_model()
+    key = "session.intra_op.allow_spinning"
+    for s in (session(m), _Probe(Q._copy(m), ["h"], {"h": TensorProto.FLOAT}).session):
+        assert s.get_session_options().get_session_config_entry(key) == "0"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    default = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 3, 16, 16)).astype(np.float32)}
+    for a, b in zip(session(m).run(None, feed), default.run(None, feed)):
+        assert a.tobytes() == b.tobytes()

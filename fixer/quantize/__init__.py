@@ -140,5 +140,6 @@ from .accuracy import (  # noqa: F401
     accuracy_report,
     _compare,
     _worst_tensors,
+    _probe_runs,
     _match_by_qdq,
 )

@@ -58,8 +58,8 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     ``reference``: the float model's outputs on ``feeds`` (one ``{output name: value}`` per feed)
     when they are known already, e.g. recorded from onnxruntime's calibration runs
     (:attr:`~fixer.quantize.ort.QuantizeResult.reference`): the float model is then not run again
-    for the output figures. Each model is run once per feed: the runs that give the per-tensor SQNR
-    also give the quantized outputs of those feeds.
+    for the output figures. Each model is run at most once per feed, in one session per model: the
+    sessions that give the per-tensor SQNR also give the outputs (:func:`_probe_runs`).
     """
     feeds = list(feeds)
     if not feeds:
@@ -70,17 +70,21 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     q_names = {o.name for o in quant_model.graph.output}
     q_inputs = {i.name for i in quant_model.graph.input} - {t.name for t in quant_model.graph.initializer}
     compared = [n for n in names if n in q_names]
-    debug = feeds[:max(1, debug_samples)] if worst > 0 else []
-    worst_rows, q_got = _worst_tensors(float_model, quant_model, debug, worst, outputs=compared) if debug else ([], {})
+    runs = _ProbeRuns([], {}, {})
+    if worst > 0:
+        runs = _probe_runs(float_model, quant_model, feeds, worst, outputs=compared, debug=max(1, debug_samples),
+                           float_outputs=names if reference is None else ())
     acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in compared}
     s_f = s_q = None
     for i, feed in enumerate(feeds):
         if reference is not None:
             ref = reference[i]
         else:
-            s_f = s_f or _session(float_model)
-            ref = dict(zip(names, s_f.run(names, dict(feed))))
-        got = q_got.pop(i, None)
+            ref = runs.float.pop(i, None)
+            if ref is None:
+                s_f = s_f or _session(float_model)
+                ref = dict(zip(names, s_f.run(names, dict(feed))))
+        got = runs.quantized.pop(i, None)
         if got is None:
             s_q = s_q or _session(quant_model)
             got = dict(zip(compared, s_q.run(compared, {k: v for k, v in feed.items() if k in q_inputs})))
@@ -93,21 +97,29 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
             outputs.append({"name": n, "cosine": None, "snr_db": None, "max_abs_error": None,
                             "detail": "missing from the quantized model"})
             continue
-        a = np.concatenate([r.reshape(-1) for r, _ in acc[n]]).astype(np.float64)
-        b = np.concatenate([g.reshape(-1) for _, g in acc[n]]).astype(np.float64)
+        a = np.concatenate([r.reshape(-1) for r, _ in acc[n]], dtype=np.float64, casting="unsafe")
+        b = np.concatenate([g.reshape(-1) for _, g in acc[n]], dtype=np.float64, casting="unsafe")
         outputs.append({"name": n, **_compare(a, b)})
-    return QuantAccuracy(calibration, outputs, worst_rows, len(feeds))
+    return QuantAccuracy(calibration, outputs, runs.rows, len(feeds))
 
 
 def _compare(a: np.ndarray, b: np.ndarray) -> dict:
+    """Cosine, SNR and max abs error of ``b`` against ``a`` (float64 arrays, same size). The same
+    numpy reductions over the same values as ``a - b``, ``np.sum(diff ** 2)``, ``np.sum(a ** 2)``
+    and ``np.abs(diff).max()``, with one scratch array instead of four (they are ~45 MB each for
+    8 samples of a detector's output)."""
     if a.shape != b.shape:
         return {"cosine": 0.0, "snr_db": float("-inf"), "max_abs_error": float("inf"), "detail": "shapes differ"}
-    diff = a - b
     na, nb = np.linalg.norm(a), np.linalg.norm(b)
     cosine = float(np.dot(a, b) / (na * nb)) if na > 0 and nb > 0 else (1.0 if na == nb else 0.0)
-    noise = float(np.sum(diff ** 2))
-    snr = float("inf") if noise == 0 else float(10 * np.log10(max(float(np.sum(a ** 2)), 1e-30) / noise))
-    return {"cosine": cosine, "snr_db": snr, "max_abs_error": float(np.abs(diff).max()) if diff.size else 0.0}
+    diff = np.subtract(a, b)
+    # |d| is exact, so the largest |d| is the larger of max(d) and -min(d) (NaN propagates in both;
+    # + 0.0 turns the -0.0 of all-zero differences into the 0.0 |d| gives)
+    max_abs = float(max(diff.max(), -diff.min())) + 0.0 if diff.size else 0.0
+    noise = float(np.sum(np.multiply(diff, diff, out=diff)))
+    signal = float(np.sum(np.multiply(a, a, out=diff)))
+    snr = float("inf") if noise == 0 else float(10 * np.log10(max(signal, 1e-30) / noise))
+    return {"cosine": cosine, "snr_db": snr, "max_abs_error": max_abs}
 
 
 def _saved_tensors(model: onnx.ModelProto) -> tuple[list[str], dict[str, int]]:
@@ -132,18 +144,34 @@ def _saved_tensors(model: onnx.ModelProto) -> tuple[list[str], dict[str, int]]:
     return list(out), out
 
 
-def _dequantize_tables(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, tuple[str, int, np.ndarray]]:
-    """For each tensor among ``names`` that a per-tensor DequantizeLinear of int8 or uint8 values
-    writes, with scale and zero-point initializers: (its quantized input, that input's ONNX element
-    type, the 256 values the output can take).
+@dataclass(frozen=True)
+class _Dequantizer:
+    """A per-tensor ``DequantizeLinear`` of int8 or uint8 values with constant parameters: its
+    quantized input ``src`` (ONNX element type ``elem``), ``zero`` and ``scale``."""
 
-    DequantizeLinear is ``float32(int32(x) - zero_point) * scale`` element by element, one rounding
-    (ONNX's definition, onnxruntime's kernel): the table holds that for every byte value, so
-    ``table[x.view(uint8)]`` is bit for bit the float tensor, which then need not be a graph output
-    of the probe (a quarter of the bytes, and one float tensor held at a time)."""
+    src: str
+    elem: int
+    zero: int
+    scale: np.float32
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        """``float32(int32(x) - zero) * scale`` element by element, one rounding (ONNX's definition,
+        onnxruntime's kernel), as a new float32 array: the difference is a small integer, exact in
+        float32 (what ``astype`` and ``-=`` give), and the product rounds once, so the result is bit
+        for bit the float tensor, which then need not be a graph output of the probe (a quarter of
+        the bytes, and one float tensor held at a time)."""
+        y = np.asarray(x).astype(np.float32)
+        y -= np.float32(self.zero)
+        y *= self.scale
+        return y
+
+
+def _per_tensor_dequantizers(model: onnx.ModelProto, names: Sequence[str]) -> dict[str, _Dequantizer]:
+    """For each tensor among ``names`` that a per-tensor DequantizeLinear of int8 or uint8 values
+    writes, with scale and zero-point initializers: how to compute it from its quantized input."""
     inits = {t.name: t for t in model.graph.initializer}
     wanted = set(names)
-    out: dict[str, tuple[str, int, np.ndarray]] = {}
+    out: dict[str, _Dequantizer] = {}
     for n in model.graph.node:
         if (n.op_type != "DequantizeLinear" or n.domain not in ("", "ai.onnx") or len(n.input) != 3
                 or not n.output or n.output[0] not in wanted or any(a.name != "axis" for a in n.attribute)):
@@ -154,17 +182,21 @@ def _dequantize_tables(model: onnx.ModelProto, names: Sequence[str]) -> dict[str
         scale, zero = onnx.numpy_helper.to_array(s), onnx.numpy_helper.to_array(z)
         if scale.size != 1 or zero.size != 1 or zero.dtype not in (np.int8, np.uint8):
             continue
-        codes = np.arange(256, dtype=np.uint8).view(zero.dtype)  # the value of each byte
-        table = (codes.astype(np.int32) - np.int32(zero.reshape(-1)[0])).astype(np.float32) \
-            * np.float32(scale.reshape(-1)[0])
-        out[n.output[0]] = (n.input[0], z.data_type, table)
+        out[n.output[0]] = _Dequantizer(n.input[0], z.data_type, int(zero.reshape(-1)[0]),
+                                        np.float32(scale.reshape(-1)[0]))
     return out
 
 
 class _Probe:
     """A model whose chosen intermediate tensors are graph outputs, run under the options of the
     accuracy sessions (no graph optimization: the models as written). A tensor that is a graph input
-    is read from the feed (onnxruntime's saved copy of it holds the same values)."""
+    is read from the feed (onnxruntime's saved copy of it holds the same values).
+
+    ``run(..., reuse=True)``: the intermediate tensors of this run are written into the arrays the
+    previous ``reuse`` run returned (the caller is done with them), through onnxruntime's I/O
+    binding, instead of into fresh memory: the same kernels on the same inputs write the same bits,
+    without the page faults of a few hundred MB of new buffers per sample. The model's own graph
+    outputs are always fresh arrays (callers keep them)."""
 
     def __init__(self, aug: onnx.ModelProto, tensors: Sequence[str], types: Mapping[str, int]):
         """``aug``: a copy of the model, made the probe's model in place."""
@@ -173,7 +205,8 @@ class _Probe:
         from onnx import helper
 
         self.inputs = {i.name for i in aug.graph.input} - {t.name for t in aug.graph.initializer}
-        present = {o.name for o in aug.graph.output}
+        self.own_outputs = {o.name for o in aug.graph.output}
+        present = set(self.own_outputs)
         for name in tensors:
             if name not in present and name not in self.inputs:
                 aug.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
@@ -185,32 +218,104 @@ class _Probe:
         # many intermediate tensors are outputs here: without the arena each run's buffers go back
         # to the system instead of growing the session's pool (the time it costs is page faults)
         so.enable_cpu_mem_arena = False
+        # idle worker threads sleep instead of spinning: scheduling only (the same kernels, the same
+        # bits); on a loaded 2-core machine the spinning took ~40% more CPU time for the same runs
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.session = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        self._last: dict[str, np.ndarray] = {}  # intermediate arrays of the last reuse run
+        self._last_inputs: dict[str, tuple] = {}
 
-    def run(self, names: Sequence[str], feed: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, names: Sequence[str], feed: Mapping[str, np.ndarray], *, reuse: bool = False) -> dict[str, np.ndarray]:
         fetch = list(dict.fromkeys(n for n in names if n not in self.inputs))
-        values = dict(zip(fetch, self.session.run(fetch, {k: v for k, v in feed.items() if k in self.inputs})))
+        inputs = {k: v for k, v in feed.items() if k in self.inputs}
+        values = self._run_into(fetch, inputs) if reuse and self._last else None
+        if values is None:
+            values = dict(zip(fetch, self.session.run(fetch, inputs)))
+        if reuse:
+            self._last = {n: v for n, v in values.items() if n not in self.own_outputs and isinstance(v, np.ndarray)
+                          and v.flags.c_contiguous and v.flags.writeable}
+            self._last_inputs = {k: (np.shape(v), np.asarray(v).dtype) for k, v in inputs.items()}
         values.update({n: np.asarray(feed[n]) for n in names if n in self.inputs})
         return values
+
+    def release(self) -> None:
+        """Forget the arrays kept for the next ``reuse`` run (their memory goes back)."""
+        self._last, self._last_inputs = {}, {}
+
+    def _run_into(self, fetch: list[str], inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray] | None:
+        """One run with the intermediate tensors written into the last run's arrays; None when they
+        may not fit (other input shapes or types) or onnxruntime declines, and the caller runs
+        plainly."""
+        if {k: (np.shape(v), np.asarray(v).dtype) for k, v in inputs.items()} != self._last_inputs:
+            return None
+        into = {n: self._last[n] for n in fetch if n in self._last}
+        if not into:
+            return None
+        binding = self.session.io_binding()
+        try:
+            for k, v in inputs.items():
+                binding.bind_cpu_input(k, np.ascontiguousarray(v))
+            for n in fetch:
+                if n in into:
+                    a = into[n]
+                    binding.bind_output(n, "cpu", 0, a.dtype, list(a.shape), a.ctypes.data)
+                else:
+                    binding.bind_output(n, "cpu")
+            self.session.run_with_iobinding(binding)
+            got = binding.get_outputs()
+            return {n: into[n] if n in into else np.array(v.numpy(), copy=True) for n, v in zip(fetch, got)}
+        except Exception as exc:  # noqa: BLE001 - e.g. a tensor whose shape depends on the data
+            log.debug("accuracy probe: bound run declined (%s); running plainly", exc)
+            return None
+        finally:
+            binding.clear_binding_inputs()
+            binding.clear_binding_outputs()
+
+
+@dataclass
+class _ProbeRuns:
+    """What :func:`_probe_runs` computed: the ``worst`` rows, the quantized model's graph outputs on
+    every feed and the float model's on the feeds it ran (feed index -> {name: value})."""
+
+    rows: list[dict]
+    quantized: dict[int, dict[str, np.ndarray]]
+    float: dict[int, dict[str, np.ndarray]]
 
 
 def _worst_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
                    feeds: list[Mapping[str, np.ndarray]], worst: int,
                    outputs: Sequence[str] = ()) -> tuple[list[dict], dict[int, dict[str, np.ndarray]]]:
-    """The ``worst`` tensors by SQNR of the quantized model's values (DequantizeLinear outputs)
-    against the float model's, over all ``feeds``: the tensors onnxruntime's ``qdq_loss_debug``
-    saves (:func:`_saved_tensors`), its tensor matching (``create_activation_matching``) and SQNR
-    (``20 log10(|x| / |x - y|)`` over the samples concatenated), computed one sample at a time from
-    running sums, so only one sample's activations are held at once (all samples' intermediate
-    tensors of a 640x640 detector took 3.4 GiB). Only the matched tensors are made graph outputs.
+    """The ``worst`` rows of :func:`_probe_runs` over all ``feeds``, and the quantized model's graph
+    ``outputs`` on each (empty when the per-tensor view is unavailable)."""
+    runs = _probe_runs(float_model, quant_model, feeds, worst, outputs=outputs)
+    return runs.rows, runs.quantized
 
-    Also returns the quantized model's graph ``outputs`` on each feed (feed index -> {name: value}),
-    from the same runs; empty when the per-tensor view is unavailable (a diagnostic, not a gate:
-    the failure is logged and the caller runs the quantized model itself)."""
+
+def _probe_runs(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
+                feeds: list[Mapping[str, np.ndarray]], worst: int, *, outputs: Sequence[str] = (),
+                debug: int | None = None, float_outputs: Sequence[str] = ()) -> _ProbeRuns:
+    """The ``worst`` tensors by SQNR of the quantized model's values (DequantizeLinear outputs)
+    against the float model's, over the first ``debug`` feeds (all when None): the tensors
+    onnxruntime's ``qdq_loss_debug`` saves (:func:`_saved_tensors`), its tensor matching
+    (``create_activation_matching``) and SQNR (``20 log10(|x| / |x - y|)`` over the samples
+    concatenated), computed one sample at a time from running sums, so only one sample's activations
+    are held at once (all samples' intermediate tensors of a 640x640 detector took 3.4 GiB). Only the
+    matched tensors are made graph outputs.
+
+    The same two sessions give the quantized model's graph ``outputs`` on every feed and, when
+    ``float_outputs`` are named, the float model's on every feed: each model runs at most once per
+    feed. (Running the float and the quantized run of a feed side by side in two threads took more
+    CPU time and ~160 MB more memory on a loaded 2-core machine, for no gain: each run already
+    keeps both cores busy.)
+
+    Empty when the per-tensor view is unavailable (a diagnostic, not a gate: the failure is logged
+    and the caller runs the models itself)."""
     from onnxruntime.quantization.qdq_loss_debug import create_activation_matching
 
+    n_debug = len(feeds) if debug is None else min(debug, len(feeds))
     sums: dict[str, list[float]] = {}  # tensor -> [sum x^2, sum (x - y)^2]
-    got: dict[int, dict[str, np.ndarray]] = {}
+    q_got: dict[int, dict[str, np.ndarray]] = {}
+    f_got: dict[int, dict[str, np.ndarray]] = {}
     try:
         with _quiet_onnxruntime():
             f_model, q_model = _copy(float_model), _copy(quant_model)
@@ -231,40 +336,50 @@ def _worst_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
             f_req = sorted({f for _, f, _ in pairs})
             q_req = sorted({q for _, _, q in pairs})
             if not pairs:
-                return [], {}
+                return _ProbeRuns([], {}, {})
             # dequantized tensors are computed from the int8 ones the probe outputs (bit for bit)
-            tables = _dequantize_tables(q_model, q_req)
-            q_fetch = [tables[q][0] if q in tables else q for q in q_req]
-            q_types = {**q_types, **{src: elem for src, elem, _ in tables.values()}}
+            dqs = _per_tensor_dequantizers(q_model, q_req)
+            q_fetch = [dqs[q].src if q in dqs else q for q in q_req]
+            q_types = {**q_types, **{d.src: d.elem for d in dqs.values()}}
             f_probe = _Probe(f_model, f_req, f_types)
             q_probe = _Probe(q_model, q_fetch, q_types)
             del f_model, q_model
+            outputs, float_outputs = list(outputs), list(float_outputs)
             for i, feed in enumerate(feeds):
-                f_vals = f_probe.run(f_req, feed)
-                q_vals = q_probe.run([*outputs, *q_fetch], feed)
-                got[i] = {n: q_vals[n] for n in outputs}
+                probe = i < n_debug
+                q_vals = q_probe.run([*outputs, *q_fetch] if probe else outputs, feed, reuse=probe)
+                q_got[i] = {n: q_vals[n] for n in outputs}
+                if not probe and not float_outputs:
+                    continue
+                f_vals = f_probe.run([*float_outputs, *f_req] if probe else float_outputs, feed, reuse=probe)
+                if float_outputs:
+                    f_got[i] = {n: f_vals[n] for n in float_outputs}
+                if not probe:
+                    continue
                 for name, f, q in pairs:
                     x = np.asarray(f_vals[f], dtype=np.float32).ravel()
-                    if q in tables:
-                        src, _, table = tables[q]
-                        y = np.take(table, np.ascontiguousarray(q_vals[src]).view(np.uint8)).ravel()
+                    if q in dqs:
+                        d = dqs[q](q_vals[dqs[q].src]).ravel()
                     else:
-                        y = np.asarray(q_vals[q], dtype=np.float32).ravel()
-                    if x.shape != y.shape:
+                        d = np.array(q_vals[q], dtype=np.float32).ravel()
+                    if x.shape != d.shape:
                         continue
-                    d = x - y
+                    np.subtract(x, d, out=d)  # x - y
                     acc = sums.setdefault(name, [0.0, 0.0])
                     acc[0] += float(np.dot(x, x))  # float32 dot products, as onnxruntime's norms
                     acc[1] += float(np.dot(d, d))
-                del f_vals, q_vals
+                del f_vals, q_vals, x, d
+                if i == n_debug - 1:  # the remaining feeds fetch outputs only
+                    f_probe.release()
+                    q_probe.release()
     except Exception as exc:  # noqa: BLE001 - the per-tensor view is a diagnostic, not a gate
         log.info("per-tensor SQNR unavailable: %s", exc)
-        return [], {}
+        return _ProbeRuns([], {}, {})
     eps = float(np.finfo("float").eps)
     rows = [{"tensor": k, "sqnr_db": 20 * math.log10(max(math.sqrt(sx), eps) / max(math.sqrt(sd), eps))}
             for k, (sx, sd) in sums.items()]
     rows.sort(key=lambda r: r["sqnr_db"])
-    return rows[:worst], got
+    return _ProbeRuns(rows[:worst], q_got, f_got)
 
 
 def _match_by_qdq(quant_model: onnx.ModelProto, q_acts: dict, f_acts: dict) -> dict:

@@ -179,6 +179,48 @@ def _recording_calibration(names: Sequence[str], keep: int, sink: list) -> Itera
         calibrate.CalibraterBase.create_inference_session = original
 
 
+class _NoSpinOnnxruntime:
+    """``onnxruntime`` as onnxruntime's calibrator module sees it while it creates its session,
+    except that ``SessionOptions()`` come with idle worker threads sleeping instead of spinning."""
+
+    def __init__(self, ort):
+        self._ort = ort
+
+    def __getattr__(self, name):
+        return getattr(self._ort, name)
+
+    def SessionOptions(self):  # noqa: N802 - onnxruntime's name
+        opts = self._ort.SessionOptions()
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return opts
+
+
+@contextlib.contextmanager
+def _calibration_without_spinning() -> Iterator[None]:
+    """Within the block, onnxruntime's calibrators create their session (its own
+    ``create_inference_session``: its options, its providers) with idle worker threads sleeping
+    instead of spinning between the parallel parts of a run. Scheduling only: the same kernels
+    compute the same ranges, and the quantized model is byte for byte the same. On a loaded 2-core
+    machine the spinning cost ~50% more CPU time over the 16 calibration runs of a YOLOv8n."""
+    from onnxruntime.quantization import calibrate
+
+    original = calibrate.CalibraterBase.__dict__["create_inference_session"]
+
+    def create_inference_session(self):
+        module = calibrate.onnxruntime
+        calibrate.onnxruntime = _NoSpinOnnxruntime(module)
+        try:
+            original(self)
+        finally:
+            calibrate.onnxruntime = module
+
+    calibrate.CalibraterBase.create_inference_session = create_inference_session
+    try:
+        yield
+    finally:
+        calibrate.CalibraterBase.create_inference_session = original
+
+
 def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[str], method: str,
                          nodes_to_quantize: Sequence[str] = (), nodes_to_exclude: Sequence[str] = (),
                          overrides: Mapping[str, list[dict]] | None = None, keep_activations: bool = False,
@@ -206,7 +248,7 @@ def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[s
         try:
             # linear_time_quantization: same result, without onnxruntime's per-tensor graph rescans
             keep, sink = record if record is not None else (0, [])
-            with _quiet_onnxruntime(), linear_time_quantization(), \
+            with _quiet_onnxruntime(), linear_time_quantization(), _calibration_without_spinning(), \
                     _recording_calibration([o.name for o in model.graph.output], keep, sink):
                 quantize_static(
                     str(src), str(dst), reader,
