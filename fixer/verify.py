@@ -493,7 +493,10 @@ def verify(
     node from its inputs alone). Before the part (or the whole fixed model), where
     :func:`rewritten_part` applies, the rewritten nodes alone run on the original's values (one more
     small session): on an input set where they compute the original's values bit for bit, every
-    tensor of the fixed model is the original's, and nothing else of the fixed model runs on it."""
+    tensor of the fixed model is the original's, and nothing else of the fixed model runs on it; the
+    fixed model's session is then its own (the regions join it only from the first input set the
+    rewritten nodes do not prove), and where they prove every input set, so do the isolated regions,
+    which do not run apart either."""
     src = "npz" if inputs is not None else "random"
     orig_names = {o.name for o in original.graph.output}
     both = _tensor_names(original) & _tensor_names(fixed)
@@ -533,11 +536,16 @@ def verify(
     fetched = set(extra) | set(capture) | set(front) | set(rcap)
     names = [o.name for o in s_orig.get_outputs() if o.name not in fetched]
     # no part: the whole fixed model runs, with the isolated rewritten regions in its session (which
-    # loads only where the fixed model does); they read what each input set's captured values hold
-    whole = None
-    if fpart is None and feeds and any(b.inputs for b in boundaries):
-        whole = _WholeRun.build(fixed, boundaries, extra, set(feeds[0]) | set(names) | set(extra) | set(capture),
-                                in_changes)
+    # loads only where the fixed model does); they read what each input set's captured values hold.
+    # Where the rewritten nodes may prove every input set, that session waits for the first set they
+    # do not prove (the fixed model loads on its own meanwhile, its loadability checked)
+    def build_whole():
+        if fpart is None and feeds and any(b.inputs for b in boundaries):
+            return _WholeRun.build(fixed, boundaries, extra, set(feeds[0]) | set(names) | set(extra) | set(capture),
+                                   in_changes)
+        return None
+
+    whole = build_whole() if rpart is None else None
 
     def load_fixed():
         try:
@@ -601,6 +609,9 @@ def verify(
             rrun = None  # they differ here: the part (or the whole model) runs from this input set on
             if any(t not in vals for t in front):
                 ref, vals = run_original(feed, list(front))
+            whole = build_whole()
+            if whole is not None:
+                s_fix = whole.sess
         captured.append({k: vals[k] for k in list(feed) + kept + front})
         ffeed = {}
         for k, v in feed.items():
@@ -649,6 +660,10 @@ def verify(
     isolated = prun.isolated() if prun is not None and part_runs == len(feeds) else None
     if isolated is None and whole is not None and whole.runs == len(feeds):
         isolated = whole.isolated()
+    if isolated is None and rrun is not None and feeds:
+        # the rewritten nodes computed the original's values on every input set: so does every
+        # isolated region (its nodes fed the original's values), the figures of the tensors themselves
+        isolated = {}
     if isolated is None:
         isolated = _isolated_boundaries(fixed, boundaries, captured, in_changes)
     for bc in boundaries:

@@ -371,3 +371,48 @@ def test_real_uint8_model_regions_in_the_fixed_models_session(monkeypatch):
     assert [w is not None and w.runs for w in built] == [3]
     assert a.verification.as_dict() == b.verification.as_dict()
     assert len(a.verification.boundaries) == 4
+
+
+@pytest.mark.parametrize("bias", [0.0, 0.3])
+def test_the_regions_join_the_fixed_models_session_only_once_an_input_set_is_not_proven(monkeypatch, bias):
+    """No part (the rewritten Add is most of the model): where the rewritten nodes prove every input
+    set, the fixed model's session is its own and the isolated region runs nowhere (it computes the
+    original's values there too); from the first set they do not prove, the region joins the fixed
+    model's session. Either way the verification is the one without the rewritten nodes' path."""
+    # shapes inferred: the region is cut out of the fixed model by onnx's Extractor, which needs them
+    orig, fixed = (onnx.shape_inference.infer_shapes(m) for m in (_qdq_chain(0.0), _qdq_chain(bias, "b2")))
+    feeds = [{"x": np.zeros((1, 4, 6, 6), np.float32)},
+             {"x": np.full((1, 4, 6, 6), 0.4, np.float32)},
+             {"x": np.full((1, 4, 6, 6), -3.0, np.float32)}]
+    assert verify_mod.fixed_part(orig, fixed, {}, ["y", "q"]) is None
+    lsb = VerifyContract("lsb", 0.0, 0.0, 1.0)
+    b = [verify_mod.BoundaryCheck("q", "X", lsb, ("m",))]
+    seen = _spy(monkeypatch)
+    built, apart = [], []
+    real_build = verify_mod._WholeRun.build.__func__
+    real_isolated = verify_mod._isolated_boundaries
+
+    def build(cls, *a, **k):
+        w = real_build(cls, *a, **k)
+        built.append(w)
+        return w
+
+    def isolated(*a, **k):
+        apart.append(1)
+        return real_isolated(*a, **k)
+
+    with monkeypatch.context() as m:
+        m.setattr(verify_mod._WholeRun, "build", classmethod(build))
+        m.setattr(verify_mod, "_isolated_boundaries", isolated)
+        a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch, contract=lsb, inputs=feeds, boundaries=b)
+    if bias == 0.0:
+        assert [ok for ok, _ in seen] == [True, True, True]
+        assert built == [] and apart == []
+        assert a["rewritten_nodes"][0]["bit_exact_fraction"] == 1.0
+    else:
+        assert [ok for ok, _ in seen] == [True, False]
+        assert len(built) == 1 and built[0] is not None and built[0].runs == 2  # sets 2 and 3
+        assert apart == [1]  # the region on all three sets, as before (it joined the session on two)
+        assert a["rewritten_nodes"][0]["bit_exact_fraction"] == pytest.approx(2 / 3)
+    assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch, contract=lsb, inputs=feeds,
+                        boundaries=b)
