@@ -417,11 +417,16 @@ def _dot(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.add.reduce(np.multiply(a.ravel(), b.ravel(), dtype=np.float64)))
 
 
+def _one_byte(a: np.ndarray) -> bool:
+    """``a`` is an int8, uint8 or bool array small enough for sums of squares and products of its
+    values to be exact integers in float64 (255**2 per value, 2**53 in all)."""
+    return a.dtype.kind in "iub" and a.dtype.itemsize == 1 and a.size * 255 * 255 <= 2 ** 53
+
+
 def _one_byte_integers(a: np.ndarray, b: np.ndarray) -> bool:
-    """``a`` and ``b`` are int8, uint8 or bool arrays of one dtype, not empty, small enough for
-    :func:`compare`'s integer figures to be exact (255**2 per value, 2**53 in all)."""
-    return (a.dtype == b.dtype and a.dtype.kind in "iub" and a.dtype.itemsize == 1 and a.size > 0
-            and a.size * 255 * 255 <= 2 ** 53)
+    """``a`` and ``b`` are :func:`_one_byte` arrays of one dtype, not empty: :func:`compare`'s
+    integer figures are exact for them."""
+    return a.dtype == b.dtype and a.size > 0 and _one_byte(a)
 
 
 def _sum_of_squares_int16(d: np.ndarray) -> float:
@@ -437,7 +442,7 @@ def _sum_of_squares(a: np.ndarray) -> float:
     exact integer sum, which 16-bit squares summed in int64 give without a float64 copy of them (the
     5.5 million values of an int8 tensor over three input sets: 44 MB instead of 130 MB, and 2.5x
     faster). A square of a one-byte value fits 16 bits unsigned (255**2 = 65025)."""
-    if a.dtype.kind in "iub" and a.dtype.itemsize == 1 and a.size * 255 * 255 <= 2 ** 53:
+    if _one_byte(a):
         sq = np.square(a.reshape(-1), dtype=np.int16).view(np.uint16)
         return float(int(np.add.reduce(sq, dtype=np.int64)))
     return _dot(a, a)

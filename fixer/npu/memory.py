@@ -95,28 +95,11 @@ def weights_bytes(view: GraphView) -> int:
                 continue
             if qdq and i > 0:
                 continue
-            # (t.dtype, t.size and t.nbytes, each property read once: the weights are not decoded)
-            dtype = t.dtype
-            if dtype == np.int64:
-                continue
-            size = 1
-            for d in t.shape:
-                size *= int(d)
-            if size <= 1 and not qdq:
+            if t.dtype == np.int64 or t.size <= 1 and not qdq:
                 continue
             seen.add(t.name)
-            total += _constant_nbytes(t, dtype, size)
+            total += t.nbytes  # from the stored shape and type: the weights are not decoded
     return total
-
-
-def _constant_nbytes(t: ir.Constant, dtype, size: int) -> int:
-    """``t.nbytes`` given its ``dtype`` and ``size`` (as :attr:`fixer.ir.Constant.nbytes` computes it)."""
-    if t.is_loaded:
-        return int(t.values.nbytes)
-    try:
-        return size * _itemsize(dtype)
-    except TypeError:
-        return int(t.values.nbytes)
 
 
 def estimate_memory(view: GraphView, placement: Placement, domain: QuantDomain, pools=None) -> MemoryEstimate:

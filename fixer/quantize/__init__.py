@@ -139,7 +139,6 @@ from .accuracy import (  # noqa: F401
     _session,
     accuracy_report,
     _compare,
-    _worst_tensors,
     _probe_runs,
     _match_by_qdq,
 )

@@ -13,7 +13,6 @@ import numpy as np
 import onnx
 
 from ..errors import UsageError
-from .calibration import _FeedsReader
 from .modelproto import _clamp_ir, _copy, _quiet_onnxruntime
 
 log = logging.getLogger(__name__)
@@ -280,15 +279,6 @@ class _ProbeRuns:
     rows: list[dict]
     quantized: dict[int, dict[str, np.ndarray]]
     float: dict[int, dict[str, np.ndarray]]
-
-
-def _worst_tensors(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
-                   feeds: list[Mapping[str, np.ndarray]], worst: int,
-                   outputs: Sequence[str] = ()) -> tuple[list[dict], dict[int, dict[str, np.ndarray]]]:
-    """The ``worst`` rows of :func:`_probe_runs` over all ``feeds``, and the quantized model's graph
-    ``outputs`` on each (empty when the per-tensor view is unavailable)."""
-    runs = _probe_runs(float_model, quant_model, feeds, worst, outputs=outputs)
-    return runs.rows, runs.quantized
 
 
 def _probe_runs(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
