@@ -219,9 +219,13 @@ def run_engine(
                 # verdicts follow from them, without a trial round per half
                 deltas = _float_deltas(att, est, cest, cur_place, cplace) if float_model else None
                 if deltas is not None:
-                    bad = _find_bad_counted(judged, est, deltas)
+                    def worse(half, deltas=deltas):
+                        d = sum(deltas[k] for k in half)
+                        return _worse(_Counted(est.sw_epochs + d, est.epochs + d), est)
                 else:
-                    bad = _find_bad(judged, current, rules, profile, options, banned, est, cur_place, trials)
+                    def worse(half, cur_place=cur_place):
+                        return _worse(_trial(current, rules, profile, options, banned, set(half), cur_place, trials), est)
+                bad = _find_bad(judged, worse)
                 for key in bad:
                     banned.add(key)
                     ch = next(c for c in att.changes if (c.rule, c.node) == key)
@@ -287,20 +291,21 @@ def _trial(current, rules, profile, options, banned, only, placement, trials) ->
     return trials[key]
 
 
-def _find_bad(keys, current, rules, profile, options, banned, est, placement, trials) -> list[tuple[str, str]]:
-    """The changes of a round that made the estimate worse, by bisection: a half that is not worse on
-    its own is kept, a worse half is split again. When neither half is worse on its own (the halves
-    only get worse together), the whole group is dropped."""
+def _find_bad(keys, worse) -> list[tuple[str, str]]:
+    """The changes of a round that made the estimate worse, by bisection (``worse(half)``: whether
+    the round with only the changes of ``half`` is worse than before it: a trial round, or on a float
+    model the sum of each change's SW epochs, :func:`_float_deltas`): a half that is not worse on its
+    own is kept, a worse half is split again. When neither half is worse on its own (the halves only
+    get worse together), the whole group is dropped."""
     if len(keys) == 1:
         return list(keys)
     mid = len(keys) // 2
     out: list[tuple[str, str]] = []
     worse_halves = 0
     for half in (keys[:mid], keys[mid:]):
-        t_est = _trial(current, rules, profile, options, banned, set(half), placement, trials)
-        if _worse(t_est, est):
+        if worse(half):
             worse_halves += 1
-            out += _find_bad(half, current, rules, profile, options, banned, est, placement, trials)
+            out += _find_bad(half, worse)
     return out if worse_halves else list(keys)
 
 
@@ -346,22 +351,6 @@ def _float_deltas(att: _Attempt, est: EpochEstimate, cest: EpochEstimate, cur_pl
     if sum(delta.values()) != cest.sw_epochs - est.sw_epochs:
         return None
     return delta
-
-
-def _find_bad_counted(keys, est: EpochEstimate, deltas: Mapping[tuple[str, str], int]) -> list[tuple[str, str]]:
-    """:func:`_find_bad` where each change's SW epochs are known (:func:`_float_deltas`): the same
-    halves, the same verdicts, a sum instead of a trial round."""
-    if len(keys) == 1:
-        return list(keys)
-    mid = len(keys) // 2
-    out: list[tuple[str, str]] = []
-    worse_halves = 0
-    for half in (keys[:mid], keys[mid:]):
-        d = sum(deltas[k] for k in half)
-        if _worse(_Counted(est.sw_epochs + d, est.epochs + d), est):
-            worse_halves += 1
-            out += _find_bad_counted(half, est, deltas)
-    return out if worse_halves else list(keys)
 
 
 @dataclass(frozen=True)
