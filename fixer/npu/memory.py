@@ -13,6 +13,7 @@ import contextlib
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 from .. import ir
 
 from ..graph import MOVEMENT_OPS, QDQ_OPS, GraphView
@@ -51,10 +52,12 @@ class MemoryEstimate:
 
 def _nbytes(t: ir.Tensor, int8_domain: bool) -> int | None:
     shape = t.shape
-    if shape is None or any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+    if shape is None:
         return None
     n = 1
-    for d in shape:
+    for d in shape:  # (one loop: a known shape of non-negative integers, and its element count)
+        if not isinstance(d, _INTS) or d < 0:
+            return None
         n *= int(d)
     if n >= 2**63:  # np.prod in int64 wraps around there: keep its figure
         n = int(np.prod(shape, dtype=np.int64))
@@ -66,6 +69,7 @@ def _nbytes(t: ir.Tensor, int8_domain: bool) -> int | None:
         return n * 4
 
 
+_INTS = (int, np.integer)
 #: element type -> its size in bytes; read for every activation tensor
 _ITEMSIZE: dict = {}
 
@@ -82,23 +86,56 @@ def _itemsize(dtype) -> int:
     return size
 
 
+def _code_table() -> dict[int, tuple[bool, int]]:
+    """ONNX element type -> (whether ``Constant.dtype == np.int64``, the element size in bytes) for
+    the types numpy has a dtype for: what :func:`weights_bytes` reads from a stored constant's proto."""
+    out: dict[int, tuple[bool, int]] = {}
+    for code in onnx.TensorProto.DataType.values():
+        dtype = ir.np_dtype(code)
+        try:
+            out[code] = (bool(dtype == np.int64), np.dtype(dtype).itemsize)
+        except TypeError:
+            continue  # no numpy dtype: Constant.nbytes decodes the values
+    return out
+
+
+_CODES = _code_table()
+
+
 def weights_bytes(view: GraphView) -> int:
     """Bytes of constant parameters as stored: quantized weights at 1 byte, int32 biases at 4, float
     weights at 4; Q/DQ scales and zero-points and integer shape arguments are not counted."""
     seen: set[str] = set()
     total = 0
     Constant = ir.Constant
+    codes = _CODES
     for node in view.nodes:
         qdq = node.op in QDQ_OPS
-        for i, t in enumerate(node.inputs):
-            if not isinstance(t, Constant) or t.name in seen:
+        for t in (node.inputs[:1] if qdq else node.inputs):  # (a Q/DQ's scale and zero-point: not counted)
+            if not isinstance(t, Constant):
                 continue
-            if qdq and i > 0:
+            name = t.name
+            if name in seen:
                 continue
-            if t.dtype == np.int64 or t.size <= 1 and not qdq:
+            # a constant as imported (not decoded): element type and dims read from its TensorProto,
+            # as Constant.dtype, .size and .nbytes read them
+            p = t._src.get(t._pi) if t._values is None and not t._sparse and t._src is not None else None
+            info = codes.get(p.data_type) if p is not None else None
+            if info is None:
+                if t.dtype == np.int64 or t.size <= 1 and not qdq:
+                    continue
+                seen.add(name)
+                total += t.nbytes  # from the stored shape and type: the weights are not decoded
                 continue
-            seen.add(t.name)
-            total += t.nbytes  # from the stored shape and type: the weights are not decoded
+            if info[0]:
+                continue
+            n = 1
+            for d in p.dims:
+                n *= int(d)
+            if n <= 1 and not qdq:
+                continue
+            seen.add(name)
+            total += n * info[1]
     return total
 
 
@@ -132,21 +169,25 @@ def estimate_memory(view: GraphView, placement: Placement, domain: QuantDomain, 
         size[t.name] = b or 0
         start[t.name] = 0
         end[t.name] = 0
+    activations = domain.activations
     for step, node in enumerate(view.nodes, start=1):
-        acts = domain.activations(node)
+        acts = activations(node)
         for t in acts:
-            r = root(t.name)
+            r = t.name
+            while r in alias:  # (root(), inline)
+                r = alias[r]
             if r in start:
-                end[r] = max(end.get(r, 0), step)
+                end[r] = step  # (every end recorded so far is at an earlier step)
         p = by_name.get(node.name)
-        aliasing = p is not None and p.unit == FOLDED and (node.op in MOVEMENT_OPS or node.op in QDQ_OPS) and acts
+        folded = p is not None and p.unit == FOLDED
+        aliasing = folded and (node.op in MOVEMENT_OPS or node.op in QDQ_OPS) and acts
         for o in node.outputs:
             if not o.name:
                 continue
             if aliasing:
                 alias[o.name] = root(acts[0].name)
                 continue
-            if p is not None and p.unit == FOLDED:
+            if folded:
                 continue  # compile-time constant
             b = _nbytes(o, int8_domain(o))
             if b is None:
