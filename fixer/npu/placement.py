@@ -216,6 +216,7 @@ class QuantDomain:
             for out in node.outputs:
                 sunk[out.name] = sunk_of(out)
         self._u8_quantize = self._any_uint8_quantize()
+        self._has_uint8 = self._u8_quantize or any(u8_src.values())
 
     def _any_uint8_quantize(self) -> bool:
         """Whether some QuantizeLinear could be one :meth:`_uint8_sink` looks for (a uint8 zero-point):
@@ -276,6 +277,11 @@ class QuantDomain:
     def sourced_any(self, node: ir.Node) -> bool:
         return any(self.sourced(t) for t in self.activations(node))
 
+    @property
+    def has_uint8(self) -> bool:
+        """Whether some tensor could be a :meth:`uint8_source` or a :meth:`uint8_sink` (False: none is)."""
+        return self._has_uint8
+
     def uint8_source(self, t: ir.Tensor) -> bool:
         return self._u8_src.get(t.name, False)
 
@@ -319,6 +325,9 @@ class PlacementContext:
     oe_export: bool
     values: dict
     source_format: str = "onnx"
+    #: (op constraints, constraints off) -> the Constraint objects _place_node checks, in order
+    #: (made once per place(): the registry is read when placement starts)
+    checks: dict = field(default_factory=dict)
 
 
 def is_oe_export(model: onnx.ModelProto) -> bool:
@@ -418,10 +427,11 @@ def _place_node(node: ir.Node, ctx: PlacementContext) -> NodePlacement:
     failing: list[Reason] = []
     notes: list[Reason] = []
     off = profile.core.constraints_off if profile.core is not None else frozenset()
-    for cid in GENERIC + rule.constraints + HAZARDS:
-        if cid in off:
-            continue
-        c = REGISTRY[cid]
+    checks = ctx.checks.get((rule.constraints, off))
+    if checks is None:
+        checks = ctx.checks[(rule.constraints, off)] = tuple(
+            (cid, REGISTRY[cid]) for cid in GENERIC + rule.constraints + HAZARDS if cid not in off)
+    for cid, c in checks:
         v = c.func(node, ctx)
         if v.ok:
             continue
