@@ -70,6 +70,19 @@ def np_dtype(code: int):
     return code if d is None else d
 
 
+def _itemsizes() -> dict[int, tuple[object, int]]:
+    out = {}
+    for code in onnx.TensorProto.DataType.values():
+        try:
+            out[code] = (np_dtype(code), np.dtype(np_dtype(code)).itemsize)
+        except TypeError:
+            continue  # no numpy dtype: Constant.nbytes decodes the values
+    return out
+
+
+#: ONNX element type -> (its dtype, element size in bytes), for the types numpy has a dtype for
+_ITEMSIZE_OF = _itemsizes()
+
 _TO_ONNX: dict[object, int] = {}
 
 
@@ -441,6 +454,20 @@ class Constant(_ConstantRaw):
         except TypeError:
             return int(self.values.nbytes)
         return self.size * item
+
+    def stored(self) -> tuple[object, int, int]:
+        """(dtype, element count, bytes of the decoded values) in one step: read from the stored
+        TensorProto while the values are not decoded (what :attr:`dtype`, :attr:`size` and
+        :attr:`nbytes` give, without decoding them)."""
+        if self._values is None and not self._sparse and self._src is not None:
+            p = self._src.get(self._pi)
+            known = _ITEMSIZE_OF.get(p.data_type)
+            if known is not None:
+                n = 1
+                for d in p.dims:
+                    n *= int(d)
+                return known[0], n, n * known[1]
+        return self.dtype, self.size, self.nbytes
 
     @property
     def export_dtype(self):

@@ -55,6 +55,10 @@ def test_fast_paths_equal_the_plain_code(path):
     view = GraphView(load_model(path).model)
     assert placement._const_derived(view) == _const_derived_reference(view)
     assert memory.weights_bytes(view) == _weights_bytes_reference(view)
+    consts = {t.name: t for n in view.nodes for t in n.inputs if isinstance(t, ir.Constant)}
+    for t in consts.values():  # Constant.stored() (read from the proto) against its three properties
+        dtype, size, nbytes = t.stored()
+        assert (np.dtype(dtype) if not isinstance(dtype, int) else dtype, size, nbytes) == (t.dtype, t.size, t.nbytes)
     profile = resolve_profile(AnalysisOptions())
     domain = placement.quant_domain(view, profile)
     placed = placement.place(view, profile, domain=domain)

@@ -13,7 +13,6 @@ import contextlib
 from dataclasses import dataclass
 
 import numpy as np
-import onnx
 from .. import ir
 
 from ..graph import MOVEMENT_OPS, QDQ_OPS, GraphView
@@ -86,56 +85,22 @@ def _itemsize(dtype) -> int:
     return size
 
 
-def _code_table() -> dict[int, tuple[bool, int]]:
-    """ONNX element type -> (whether ``Constant.dtype == np.int64``, the element size in bytes) for
-    the types numpy has a dtype for: what :func:`weights_bytes` reads from a stored constant's proto."""
-    out: dict[int, tuple[bool, int]] = {}
-    for code in onnx.TensorProto.DataType.values():
-        dtype = ir.np_dtype(code)
-        try:
-            out[code] = (bool(dtype == np.int64), np.dtype(dtype).itemsize)
-        except TypeError:
-            continue  # no numpy dtype: Constant.nbytes decodes the values
-    return out
-
-
-_CODES = _code_table()
-
-
 def weights_bytes(view: GraphView) -> int:
     """Bytes of constant parameters as stored: quantized weights at 1 byte, int32 biases at 4, float
     weights at 4; Q/DQ scales and zero-points and integer shape arguments are not counted."""
     seen: set[str] = set()
     total = 0
     Constant = ir.Constant
-    codes = _CODES
     for node in view.nodes:
         qdq = node.op in QDQ_OPS
         for t in (node.inputs[:1] if qdq else node.inputs):  # (a Q/DQ's scale and zero-point: not counted)
-            if not isinstance(t, Constant):
+            if not isinstance(t, Constant) or t.name in seen:
                 continue
-            name = t.name
-            if name in seen:
+            dtype, size, nbytes = t.stored()  # from the stored shape and type: the weights are not decoded
+            if dtype == np.int64 or size <= 1 and not qdq:
                 continue
-            # a constant as imported (not decoded): element type and dims read from its TensorProto,
-            # as Constant.dtype, .size and .nbytes read them
-            p = t._src.get(t._pi) if t._values is None and not t._sparse and t._src is not None else None
-            info = codes.get(p.data_type) if p is not None else None
-            if info is None:
-                if t.dtype == np.int64 or t.size <= 1 and not qdq:
-                    continue
-                seen.add(name)
-                total += t.nbytes  # from the stored shape and type: the weights are not decoded
-                continue
-            if info[0]:
-                continue
-            n = 1
-            for d in p.dims:
-                n *= int(d)
-            if n <= 1 and not qdq:
-                continue
-            seen.add(name)
-            total += n * info[1]
+            seen.add(t.name)
+            total += nbytes
     return total
 
 
