@@ -154,8 +154,12 @@ def test_exception_in_writer_leaves_nothing(tmp_path):
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_during_write_removes_the_temporary_file(tmp_path, sig):
+    # Python leaves SIGINT ignored when it starts with it ignored (a job started in the background
+    # by a shell without job control, as some CI runners do): a Ctrl-C reaches only a process that
+    # listens for it, so the child listens as an interactive one does
     code = textwrap.dedent(f"""
-        import sys, time
+        import signal, sys, time
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from fixer.outputs import atomic_path
         with atomic_path({str(tmp_path / 'm.onnx')!r}, kind="model") as tmp:
             tmp.write_bytes(b"")
