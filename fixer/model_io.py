@@ -154,9 +154,10 @@ def load_model(
     # (inference changes no node: the outputs whose shapes the probe wants are known already)
     produced = [o for op, outs in zip(scan.ops, scan.outputs) if op != "Constant" for o in outs if o]
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
-    model = _infer_shapes(model, p, warnings, weights_apart=flat)
+    static: list[set[str]] = []  # (the names inference typed with a static shape, when it says them)
+    model = _infer_shapes(model, p, warnings, weights_apart=flat, static_out=static)
     if not any(d.pinned_to is None for d in dyn):
-        _fill_shapes_by_running(model, warnings, produced=produced)
+        _fill_shapes_by_running(model, warnings, produced=produced, static=static[0] if static else None)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
                        imported=imported)
 
@@ -567,9 +568,11 @@ def _pin_input_shapes(
 
 
 def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str], *,
-                  weights_apart: bool = False) -> onnx.ModelProto:
+                  weights_apart: bool = False, static_out: list | None = None) -> onnx.ModelProto:
     """ONNX shape inference (data propagation on). ``weights_apart`` (a graph without subgraphs and
-    functions): :func:`_infer_apart`, the same result without copying the weights through it."""
+    functions): :func:`_infer_apart`, the same result without copying the weights through it; there
+    ``static_out`` (a list) receives the set of value_info and output names inferred with a fully
+    static tensor shape, when that path could read them (see :func:`_unknown_shape_tensors`)."""
     # Stale value_info from the exporter can contradict pinned inputs; inference recomputes it.
     del model.graph.value_info[:]
     for out in model.graph.output:
@@ -579,7 +582,7 @@ def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str], *,
             out.type.tensor_type.ClearField("shape")
     try:
         if weights_apart:
-            return _infer_apart(model)
+            return _infer_apart(model, static_out)
         return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # noqa: BLE001 - inference errors on odd models must not abort an audit
         warnings.append(f"shape inference failed ({str(exc).splitlines()[0]}); some shapes are unknown")
@@ -593,12 +596,16 @@ _APART_MIN_BYTES = 4096
 _SHAPE_DATA_TYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 
 
-def _infer_apart(model: onnx.ModelProto) -> onnx.ModelProto:
+def _infer_apart(model: onnx.ModelProto, static_out: list | None = None) -> onnx.ModelProto:
     """``infer_shapes(model)`` for a graph without subgraphs or functions, with the large weights'
     bytes held apart: inference serializes the model, copies it in C++ and returns a new model, so
     every weight byte was copied four times for shapes that never depend on them. Returns ``model``
     itself with the inferred value_info and outputs (inference changes nothing else in such a graph;
-    tests/test_shape_fill.py compares the bytes with plain inference on every shared model)."""
+    tests/test_shape_fill.py compares the bytes with plain inference on every shared model).
+
+    Only the graph's outputs and value_info of what inference returns are read (:func:`_vi_mirror`:
+    the rest of the model is not parsed again) and merged into ``model`` as serialized; ``static_out``
+    (a list) then receives the names among them with a fully static tensor shape."""
     held = []
     for t in model.graph.initializer:
         if t.data_type not in _SHAPE_DATA_TYPES:
@@ -606,17 +613,114 @@ def _infer_apart(model: onnx.ModelProto) -> onnx.ModelProto:
             if len(data) >= _APART_MIN_BYTES:
                 held.append((t, data))
                 t.ClearField("raw_data")
+    mirror = _vi_mirror()
     try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        if mirror is None:
+            inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        else:  # what shape_inference.infer_shapes runs, without parsing its answer into a new model
+            out = shape_inference.C.infer_shapes(model.SerializeToString(), False, False, True)
     finally:
         for t, data in held:
             t.raw_data = data
-    g, ig = model.graph, inferred.graph
+    g = model.graph
     del g.value_info[:]
-    g.value_info.extend(ig.value_info)
     del g.output[:]
-    g.output.extend(ig.output)
+    if mirror is None:
+        ig = inferred.graph
+        g.value_info.extend(ig.value_info)
+        g.output.extend(ig.output)
+        return model
+    typed = mirror.FromString(out)
+    if static_out is not None:
+        static_out.append(_static_names(typed.graph))
+    typed.DiscardUnknownFields()  # the graph's outputs and value_info alone (merging appends them)
+    model.MergeFromString(typed.SerializeToString())
     return model
+
+
+_VI_MIRROR: list = []
+
+
+def _vi_mirror():
+    """A message class reading, of a serialized ``onnx.ModelProto``, only ``graph.output`` and
+    ``graph.value_info`` (every other field unknown to it), with a ValueInfoProto's ``type`` (and any
+    other sub-message field of it) kept as its serialized bytes; None where it cannot be built.
+
+    Serialized again (unknown fields discarded), it is a ModelProto holding those two lists alone,
+    field for field as read: merged into a model, it appends them. A self-test decides it is usable."""
+    if _VI_MIRROR:
+        return _VI_MIRROR[0]
+    cls = None
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+        fdp = descriptor_pb2.FileDescriptorProto()
+        onnx.ModelProto.DESCRIPTOR.file.CopyToProto(fdp)
+        old = "." + fdp.package + "."
+        lite = descriptor_pb2.FileDescriptorProto(name="nafix_vi/" + fdp.name, package="nafix_vi." + fdp.package,
+                                                  syntax="proto2")
+        keep = {"ModelProto": ("graph",), "GraphProto": ("output", "value_info"), "ValueInfoProto": None}
+        for m in fdp.message_type:
+            if m.name not in keep:
+                continue
+            nm = lite.message_type.add(name=m.name)
+            for f in m.field:
+                if keep[m.name] is not None and f.name not in keep[m.name]:
+                    continue
+                nf = nm.field.add()
+                nf.CopyFrom(f)
+                if m.name == "ValueInfoProto" and nf.type == nf.TYPE_MESSAGE:
+                    nf.type = nf.TYPE_BYTES  # the same wire format: kept as serialized
+                    nf.ClearField("type_name")
+                elif nf.type_name.startswith(old):
+                    nf.type_name = ".nafix_vi" + nf.type_name
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(lite)
+        mirror = message_factory.GetMessageClass(pool.FindMessageTypeByName(lite.package + ".ModelProto"))
+        vi = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["value_info"].message_type
+        assert set(mirror.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["value_info"]
+                   .message_type.fields_by_name) == set(vi.fields_by_name)
+        # self-test: a model's outputs and value_info come back alone, byte for byte, and merge as extend() does
+        from onnx import helper
+
+        probe = helper.make_model(helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"], name="n")], "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, "n"])],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2], doc_string="d")],
+            value_info=[helper.make_tensor_value_info("z", onnx.TensorProto.INT8, None)]))
+        helper.set_model_props(probe, {"k": "v"})
+        probe.graph.value_info[0].metadata_props.add(key="a", value="b")
+        typed = mirror.FromString(probe.SerializeToString())
+        assert [(v.name, v.type) for v in typed.graph.output] == [("y", probe.graph.output[0].type.SerializeToString())]
+        typed.DiscardUnknownFields()
+        merged = onnx.ModelProto()
+        merged.MergeFromString(typed.SerializeToString())
+        want = onnx.ModelProto()
+        want.graph.output.extend(probe.graph.output)
+        want.graph.value_info.extend(probe.graph.value_info)
+        assert merged.SerializeToString() == want.SerializeToString()
+        cls = mirror
+    except Exception:  # noqa: BLE001 - any trouble: inference's answer is parsed as a whole model
+        log.debug("no value_info mirror; inference's answer is parsed as a model", exc_info=True)
+        cls = None
+    _VI_MIRROR.append(cls)
+    return cls
+
+
+def _static_names(graph) -> set[str]:
+    """The names of ``graph``'s value_info and outputs (of :func:`_vi_mirror`: types as bytes) whose
+    tensor shape is fully static, each distinct type decoded once."""
+    static: dict[bytes, bool] = {}
+    names = set()
+    for vi in itertools.chain(graph.value_info, graph.output):
+        key = vi.type
+        ok = static.get(key)
+        if ok is None:
+            tt = onnx.TypeProto.FromString(key).tensor_type
+            ok = static[key] = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+        if ok:
+            names.add(vi.name)
+    return names
 
 
 def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -630,18 +734,23 @@ def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = None) -> list[str]:
+def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = None,
+                           static: set[str] | None = None) -> list[str]:
     """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs
-    (``produced``: those outputs' names, in node order, when the caller has them)."""
+    (``produced``: those outputs' names, in node order, when the caller has them; ``static``: the
+    value_info and output names with a fully static shape, when the caller has them: the inputs are
+    still read here)."""
     g = model.graph
     known = {t.name for t in g.initializer}
-    static: dict[bytes, bool] = {}  # serialized TensorTypeProto -> fully static (few distinct per graph)
-    for vi in itertools.chain(g.value_info, g.output, g.input):
+    static_of: dict[bytes, bool] = {}  # serialized TensorTypeProto -> fully static (few distinct per graph)
+    if static is not None:
+        known |= static
+    for vi in (g.input if static is not None else itertools.chain(g.value_info, g.output, g.input)):
         tt = vi.type.tensor_type
         key = tt.SerializeToString()
-        ok = static.get(key)
+        ok = static_of.get(key)
         if ok is None:
-            ok = static[key] = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+            ok = static_of[key] = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
         if ok:
             known.add(vi.name)
     if produced is None:
@@ -649,11 +758,12 @@ def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = 
     return [o for o in produced if o not in known]
 
 
-def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, produced: list[str] | None = None) -> None:
+def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, produced: list[str] | None = None,
+                            static: set[str] | None = None) -> None:
     """Where ONNX shape inference gives up (contrib ops, shape arithmetic), run the model once in
-    onnxruntime on seeded data and record the shapes and types it actually produced (``produced``:
-    as for :func:`_unknown_shape_tensors`)."""
-    missing = _unknown_shape_tensors(model, produced)
+    onnxruntime on seeded data and record the shapes and types it actually produced (``produced``,
+    ``static``: as for :func:`_unknown_shape_tensors`)."""
+    missing = _unknown_shape_tensors(model, produced, static)
     if not missing:
         return
     # First without running anything: shape arithmetic folded and com.microsoft shape rules (exact
