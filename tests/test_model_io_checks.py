@@ -326,3 +326,123 @@ def test_acyclic_check_agrees_with_the_plain_topological_sort(case):
     else:
         with pytest.raises(InputError, match="cycle"):
             model_io._check_acyclic(g, Path("m.onnx"))
+
+
+# ------------------------------------------------------------------------------------------------
+# the flat (map-based) node scan and the all-at-once cycle / reference checks vs the node by node code
+# ------------------------------------------------------------------------------------------------
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
+REAL = sorted(SHARED.glob("*.onnx")) + sorted(SAMPLES.glob("*.onnx"))
+
+
+def _walked(graph, functions=()) -> _NodeScan:
+    """The scan as the node-by-node walk alone makes it (the flat path refused)."""
+    scan = _NodeScan.__new__(_NodeScan)
+    top = list(graph.node)
+    scan.inputs, scan.outputs = [list(n.input) for n in top], [list(n.output) for n in top]
+    scan.ops, scan.nodes, scan.bad_text, scan.subgraphs = [n.op_type for n in top], [], None, False
+    scan.external = any(t.data_location == T.EXTERNAL for t in graph.initializer)
+    scan._walk(top)
+    for fn in functions:
+        for node in fn.node:
+            for attr in node.attribute:
+                scan._tensors(attr)
+    return scan
+
+
+def _same_scan(a: _NodeScan, b: _NodeScan) -> None:
+    assert [n.SerializeToString() for n in a.nodes] == [n.SerializeToString() for n in b.nodes]
+    assert (a.inputs, a.outputs, a.ops, a.external, a.subgraphs) == (b.inputs, b.outputs, b.ops, b.external,
+                                                                       b.subgraphs)
+    names = [(x[0].name, x[1].name) if x else None for x in (a.bad_text, b.bad_text)]
+    assert names[0] == names[1]
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_flat_scan_equals_the_node_by_node_walk_on_real_models(path, monkeypatch):
+    m = onnx.load(str(path), load_external_data=False)
+    flat_calls = []
+    real = _NodeScan._flat
+    monkeypatch.setattr(_NodeScan, "_flat", lambda self, top: flat_calls.append(real(self, top)) or flat_calls[-1])
+    scan = _NodeScan(m.graph, m.functions)
+    _same_scan(scan, _walked(m.graph, m.functions))
+    assert flat_calls == [not scan.subgraphs]  # graphs without subgraphs took the flat path
+
+
+def _flat_cases():
+    n = h.make_node
+    ok = [n("Resize", ["x", "", "sc"], ["r"], name="rs", mode="nearest"),
+          n("Relu", ["r"], ["y"], name="rl")]
+    yield "clean", ok, None
+    yield "bad STRING", ok, b"nearest"
+    strs = n("Relu", ["x"], ["y"], name="tags")
+    strs.attribute.append(h.make_attribute("tags", ["fine", "BADVALUE"]))
+    yield "bad STRINGS", [strs], b"BADVALUE"
+    two = [n("Resize", ["x", "", "sc"], ["r"], name="first", mode="FIRSTBAD"),
+           n("Resize", ["r", "", "sc"], ["y"], name="second", mode="SECNDBAD")]
+    yield "two bad: the first is named", two, (b"FIRSTBAD", b"SECNDBAD")
+    odd = n("Relu", ["x"], ["y"], name="odd")
+    a = odd.attribute.add()
+    a.name, a.type, a.s = "notstring", onnx.AttributeProto.INT, b"\xff\xfe"  # bytes outside a STRING attribute
+    yield "non-UTF-8 s of an INT attribute", [odd], None
+    ext = n("Relu", ["x"], ["y"], name="ext")
+    a = ext.attribute.add()
+    a.name, a.type = "ts", onnx.AttributeProto.TENSORS
+    a.tensors.add().CopyFrom(_external(nh.from_array(np.ones(2, np.float32), "tv"), "w.bin"))
+    yield "external tensor in a TENSORS attribute", [ext], None
+
+
+@pytest.mark.parametrize("case", [c[0] for c in _flat_cases()])
+def test_flat_scan_equals_the_node_by_node_walk_on_crafted_graphs(case):
+    _, nodes, bad = next(c for c in _flat_cases() if c[0] == case)
+    g = h.make_graph(nodes, "g", [tv("x", [1, 1, 2, 2])], [tv("y", None)],
+                     [nh.from_array(np.array([1, 1, 2, 2], np.float32), "sc")])
+    data = h.make_model(g, opset_imports=[h.make_opsetid("", 17)]).SerializeToString()
+    for marker in ((bad,) if isinstance(bad, bytes) else bad or ()):
+        data = data.replace(marker, b"\xff" + marker[1:])
+    m = onnx.load_from_string(data)
+    scan = _NodeScan(m.graph, m.functions)
+    _same_scan(scan, _walked(m.graph))
+    got = (scan.bad_text[0].name, scan.bad_text[1].name) if scan.bad_text else None
+    assert got == _reference_bad_text(m.graph)
+    assert (got is not None) == (bad is not None)
+    assert scan.external == (case == "external tensor in a TENSORS attribute")
+
+
+def _reference_refs(graph, path) -> str | None:
+    """The former _check_references loop: the message of the first unprovided input, or None."""
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    known.update(o for node in graph.node for o in node.output)
+    for node in graph.node:
+        for t in node.input:
+            if t and t not in known:
+                return (f"{path}: node '{node.name or node.op_type}' reads tensor '{t}', which no node, "
+                        "initializer or graph input provides.")
+    return None
+
+
+@pytest.mark.parametrize("case", ["provided", "optional empty input", "initializer", "missing", "two missing",
+                                  "read before produced", "empty output name"])
+def test_reference_check_agrees_with_the_former_loop(case):
+    n = h.make_node
+    nodes = {
+        "provided": [n("Relu", ["x"], ["a"]), n("Add", ["a", "x"], ["y"])],
+        "optional empty input": [n("Resize", ["x", "", "w"], ["y"], name="rs")],
+        "initializer": [n("Add", ["x", "w"], ["y"])],
+        "missing": [n("Relu", ["x"], ["a"], name="r"), n("Add", ["a", "ghost"], ["y"], name="add")],
+        "two missing": [n("Add", ["x", "ghost2"], ["a"], name="first"), n("Add", ["a", "ghost1"], ["y"])],
+        "read before produced": [n("Add", ["x", "a"], ["y"], name="early"), n("Relu", ["x"], ["a"])],
+        "empty output name": [n("Split", ["x"], ["", "a"], axis=1, num_outputs=2), n("Relu", ["", "a"][1:], ["y"])],
+    }[case]
+    g = h.make_graph(nodes, "g", [tv("x", [1, 4])], [tv("y", [1, 4])],
+                     [nh.from_array(np.ones(4, np.float32), "w")])
+    want = _reference_refs(g, Path("m.onnx"))
+    assert (want is None) == (case not in ("missing", "two missing"))
+    if want is None:
+        model_io._check_references(g, Path("m.onnx"))
+    else:
+        with pytest.raises(InputError) as err:
+            model_io._check_references(g, Path("m.onnx"))
+        assert str(err.value) == want
