@@ -16,7 +16,6 @@ import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from operator import attrgetter, getitem, le, ne
 from pathlib import Path
 from typing import Mapping
 
@@ -153,8 +152,7 @@ def load_model(
     # shape inference of a graph without subgraphs, functions or training graphs: _infer_apart
     flat = not scan.subgraphs and not len(model.functions) and not len(model.training_info)
     # (inference changes no node: the outputs whose shapes the probe wants are known already)
-    produced = list(filter(None, itertools.chain.from_iterable(
-        itertools.compress(scan.outputs, map(ne, scan.ops, itertools.repeat("Constant"))))))
+    produced = [o for op, outs in zip(scan.ops, scan.outputs) if op != "Constant" for o in outs if o]
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
     static: list[set[str]] = []  # (the names inference typed with a static shape, when it says them)
     model = _infer_shapes(model, p, warnings, weights_apart=flat, static_out=static)
@@ -165,9 +163,6 @@ def load_model(
 
 
 _STRING, _STRINGS = onnx.AttributeProto.STRING, onnx.AttributeProto.STRINGS
-_INPUT, _OUTPUT, _OP_TYPE, _NAME = attrgetter("input"), attrgetter("output"), attrgetter("op_type"), attrgetter("name")
-_ATTRIBUTE, _TYPE, _T, _TENSORS = attrgetter("attribute"), attrgetter("type"), attrgetter("t"), attrgetter("tensors")
-_DATA_LOCATION, _HAS_FIELD = attrgetter("data_location"), onnx.AttributeProto.HasField
 _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
 _EXTERNAL = onnx.TensorProto.EXTERNAL
 
@@ -187,44 +182,18 @@ class _NodeScan:
 
     def __init__(self, graph: onnx.GraphProto, functions=()):
         top = list(graph.node)
-        # (each field of every node read by C-level map()s, no Python frame per node; a slice copies
-        # a repeated field in C: twice as fast as list())
-        every = itertools.repeat(slice(None))
-        self.inputs = list(map(getitem, map(_INPUT, top), every))
-        self.outputs = list(map(getitem, map(_OUTPUT, top), every))
-        self.ops = list(map(_OP_TYPE, top))
+        self.inputs = [n.input[:] for n in top]  # (a slice copies in C: twice as fast as list())
+        self.outputs = [n.output[:] for n in top]
+        self.ops = [n.op_type for n in top]
         self.nodes: list = []
         self.bad_text = None
         self.subgraphs = False  # some node has a GRAPH or GRAPHS attribute (even an empty one)
-        self.external = _EXTERNAL in map(_DATA_LOCATION, graph.initializer)
-        if not self._flat(top):  # a subgraph, or a STRING attribute to name: the node by node walk
-            self._walk(top)
+        self.external = any(t.data_location == _EXTERNAL for t in graph.initializer)
+        self._walk(top)
         for fn in functions:  # functions are no graph nodes: only their attribute tensors count
             for node in fn.node:
                 for attr in node.attribute:
                     self._tensors(attr)
-
-    def _flat(self, top: list) -> bool:
-        """The walk's findings for the top-level nodes ``top`` read attribute field by attribute field
-        with C-level map()s; False (nothing recorded) when a node has a GRAPH(S) attribute or a
-        STRING(S) attribute is not UTF-8: then :meth:`_walk` finds, in its order, what to say."""
-        attrs = list(itertools.chain.from_iterable(map(_ATTRIBUTE, top)))
-        kinds = list(map(_TYPE, attrs))
-        if _GRAPH in kinds or _GRAPHS in kinds:
-            return False
-        for attr, kind in zip(attrs, kinds):
-            if kind == _STRING or kind == _STRINGS:
-                try:
-                    for v in ((attr.s,) if kind == _STRING else attr.strings):
-                        v.decode("utf-8")
-                except UnicodeDecodeError:
-                    return False
-        if not self.external:  # any tensor attribute keeping its data outside, whatever its declared type
-            with_t = itertools.compress(attrs, map(_HAS_FIELD, attrs, itertools.repeat("t")))
-            self.external = (_EXTERNAL in map(_DATA_LOCATION, map(_T, with_t))
-                             or _EXTERNAL in map(_DATA_LOCATION, itertools.chain.from_iterable(map(_TENSORS, attrs))))
-        self.nodes = top
-        return True
 
     def _tensors(self, attr) -> None:
         # whatever the attribute's declared type: onnx's loader visits ``t`` and ``tensors`` of all
@@ -345,7 +314,7 @@ def make_node_names_unique(model: onnx.ModelProto, nodes: list | None = None) ->
     many were renamed. Names do not change what a model computes, but onnxruntime rejects duplicates.
     ``nodes``: the model's nodes in :func:`_all_nodes`' order when the caller has them already."""
     nodes = list(_all_nodes(model.graph)) if nodes is None else nodes
-    named = list(filter(None, map(_NAME, nodes)))
+    named = [n.name for n in nodes if n.name]
     if len(set(named)) == len(named):
         return 0  # no two nodes share a non-empty name: nothing to rename
     from .graph import ProtoNode, unique_node_names
@@ -467,28 +436,19 @@ def _check_opsets(model: onnx.ModelProto, path: Path, max_opset: int | None) -> 
     return opset
 
 
-def _flat_names(lists: list[list[str]]) -> tuple[list[str], list[int]]:
-    """The names of ``lists`` (one list per node) in one list, and beside each its node's index."""
-    names = list(itertools.chain.from_iterable(lists))
-    owners = list(itertools.chain.from_iterable(map(itertools.repeat, range(len(lists)), map(len, lists))))
-    return names, owners
-
-
-def _producers(scan: _NodeScan) -> dict[str, int]:
-    """Each (non-empty) output name -> the index of the last top-level node producing it."""
-    producers = dict(zip(*_flat_names(scan.outputs)))
-    producers.pop("", None)
-    return producers
-
-
 def _check_acyclic(graph: onnx.GraphProto, path: Path, scan: _NodeScan | None = None) -> None:
     scan = scan or _NodeScan(graph)
-    producers = _producers(scan)
+    producers: dict[str, int] = {}
+    for i, outs in enumerate(scan.outputs):
+        for out in outs:
+            if out:
+                producers[out] = i
     n_nodes = len(scan.outputs)
-    # the common case: every node reads only what earlier nodes produce (sorted, hence acyclic):
-    # no input's producer index at or after its reader's (C-level maps over all inputs at once)
-    names, readers = _flat_names(scan.inputs)
-    if not any(map(le, readers, map(producers.get, names, itertools.repeat(-1)))):
+    # the common case: every node reads only what earlier nodes produce (sorted, hence acyclic)
+    for i, ins in enumerate(scan.inputs):
+        if any(producers.get(t, -1) >= i for t in ins):
+            break
+    else:
         return
     indeg = [0] * n_nodes
     users: list[list[int]] = [[] for _ in range(n_nodes)]
@@ -546,14 +506,8 @@ def _check_strings(msg, path: Path, where: str = "model") -> None:
 
 def _check_references(graph: onnx.GraphProto, path: Path, scan: _NodeScan | None = None) -> None:
     scan = scan or _NodeScan(graph)
-    known = set(map(_NAME, graph.input))
-    known.update(map(_NAME, graph.initializer))
-    known.update(itertools.chain.from_iterable(scan.outputs))
-    unknown = set(itertools.chain.from_iterable(scan.inputs))
-    unknown -= known
-    unknown.discard("")
-    if not unknown:
-        return  # every non-empty input is provided (the loop below names the first that is not)
+    known = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    known.update(o for outs in scan.outputs for o in outs)
     for k, ins in enumerate(scan.inputs):
         for t in ins:
             if t and t not in known:
@@ -570,7 +524,7 @@ def _pin_input_shapes(
     shapes: Mapping[str, tuple[int, ...]],
     assume_batch_one: bool,
 ) -> list[DynamicDim]:
-    inits = set(map(_NAME, model.graph.initializer))
+    inits = {t.name for t in model.graph.initializer}
     inputs = {i.name: i for i in model.graph.input if i.name not in inits}
     for name in shapes:
         if name not in inputs:
@@ -787,7 +741,7 @@ def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = 
     value_info and output names with a fully static shape, when the caller has them: the inputs are
     still read here)."""
     g = model.graph
-    known = set(map(_NAME, g.initializer))
+    known = {t.name for t in g.initializer}
     static_of: dict[bytes, bool] = {}  # serialized TensorTypeProto -> fully static (few distinct per graph)
     if static is not None:
         known |= static
