@@ -125,15 +125,26 @@ def load_model(
     if imported is None:
         _load_external_data(model, p, scan)
     opset = _check_opsets(model, p, max_opset)
-    _check_acyclic(model.graph, p, scan)
-    _check_references(model.graph, p, scan)
-    _check_text_attributes(model.graph, p, scan)
-    if not text_ok:  # the fast bytes-level check found a bad text field (or could not run): say which one
-        _check_strings(model, p)
-
-    dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
+    # The cycle and reference checks (_check_order) come next in line, but a graph the onnx checker
+    # below passes clean is sorted, in SSA form and reads only what is defined: then they cannot
+    # fail and are skipped. They still decide first wherever they did: before any later step's error
+    # and before nodes are renamed (their messages name the file's nodes); after the checker otherwise.
+    ordered = False
+    try:
+        _check_text_attributes(model.graph, p, scan)
+        if not text_ok:  # the fast bytes-level check found a bad text field (or could not run): say which one
+            _check_strings(model, p)
+        dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
+    except Exception:
+        _check_order(model.graph, p, scan)
+        raise
     warnings: list[str] = []
-    renamed = make_node_names_unique(model, scan.nodes)
+    named = [n.name for n in scan.nodes if n.name]
+    renamed = 0
+    if len(set(named)) != len(named):  # some nodes share a name
+        _check_order(model.graph, p, scan)
+        ordered = True
+        renamed = make_node_names_unique(model, scan.nodes)
     if renamed:
         warnings.append(f"{renamed} node(s) shared their name with another node (onnxruntime refuses that); "
                         "renamed NAME_1, NAME_2, ...")
@@ -142,13 +153,18 @@ def load_model(
     # the parsed model again (its weights included) would only copy them.
     unchanged = (imported is None and not scan.external and not renamed and not input_shapes
                  and all(d.pinned_to is None for d in dyn))
+    clean = False
     try:
         onnx.checker.check_model(data if unchanged else model)
+        clean = True
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
         warnings.append(f"onnx checker: {first}")
     except Exception as exc:  # noqa: BLE001 - the checker raises many kinds; none is fatal for analysis
         warnings.append(f"onnx checker could not run: {exc}")
+    # (sparse initializers are defined names to the checker, not to _check_references)
+    if not ordered and not (clean and not len(model.graph.sparse_initializer) and _checker_checks_order()):
+        _check_order(model.graph, p, scan)
     # shape inference of a graph without subgraphs, functions or training graphs: _infer_apart
     flat = not scan.subgraphs and not len(model.functions) and not len(model.training_info)
     # (inference changes no node: the outputs whose shapes the probe wants are known already)
@@ -178,12 +194,13 @@ class _NodeScan:
     ``onnx.external_data_helper`` loads) keeps its data in an external file.
     """
 
-    __slots__ = ("nodes", "inputs", "outputs", "ops", "bad_text", "external", "subgraphs")
+    __slots__ = ("nodes", "_top", "_inputs", "outputs", "ops", "bad_text", "external", "subgraphs")
 
     def __init__(self, graph: onnx.GraphProto, functions=()):
         top = list(graph.node)
-        self.inputs = [n.input[:] for n in top]  # (a slice copies in C: twice as fast as list())
-        self.outputs = [n.output[:] for n in top]
+        self._top = top
+        self._inputs = None  # read when first asked for: only the cycle and reference checks do
+        self.outputs = [n.output[:] for n in top]  # (a slice copies in C: twice as fast as list())
         self.ops = [n.op_type for n in top]
         self.nodes: list = []
         self.bad_text = None
@@ -194,6 +211,12 @@ class _NodeScan:
             for node in fn.node:
                 for attr in node.attribute:
                     self._tensors(attr)
+
+    @property
+    def inputs(self) -> list[list[str]]:
+        if self._inputs is None:
+            self._inputs = [n.input[:] for n in self._top]
+        return self._inputs
 
     def _tensors(self, attr) -> None:
         # whatever the attribute's declared type: onnx's loader visits ``t`` and ``tensors`` of all
@@ -434,6 +457,58 @@ def _check_opsets(model: onnx.ModelProto, path: Path, max_opset: int | None) -> 
             f"{path}: default-domain opset {opset} is outside what nafix supports ({MIN_OPSET} to {hi})."
         )
     return opset
+
+
+def _check_order(graph: onnx.GraphProto, path: Path, scan: _NodeScan) -> None:
+    """The graph has no cycle and every node reads a tensor something provides."""
+    _check_acyclic(graph, path, scan)
+    _check_references(graph, path, scan)
+
+
+_ORDER_CHECKED: list = []
+
+
+def _checker_checks_order() -> bool:
+    """True when onnx's checker, here, refuses the top-level graphs :func:`_check_order` refuses:
+    unsorted nodes, a cycle (a self loop included), a read of a name nothing defines (in the default
+    domain or another), a name produced twice or produced over a graph input; a self-test on crafted
+    models, run once. False (the checks always run) if any of them passes or anything goes wrong."""
+    if _ORDER_CHECKED:
+        return _ORDER_CHECKED[0]
+    ok = False
+    try:
+        from onnx import helper
+
+        n = helper.make_node
+
+        def model(*nodes) -> bytes:
+            vi = [helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, [2]) for v in ("x", "y")]
+            m = helper.make_model(helper.make_graph(list(nodes), "g", vi[:1], vi[1:]),
+                                  opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("nafix.test", 1)])
+            m.ir_version = 7
+            return m.SerializeToString()
+
+        onnx.checker.check_model(model(n("Relu", ["x"], ["a"]), n("Add", ["a", "x"], ["y"])))
+        refused = 0
+        bad = (model(n("Relu", ["a"], ["y"]), n("Relu", ["x"], ["a"])),  # unsorted
+               model(n("Relu", ["x"], ["a"]), n("Add", ["a", "c"], ["b"]), n("Relu", ["b"], ["c"]),
+                     n("Identity", ["c"], ["y"])),  # a cycle
+               model(n("Add", ["x", "y"], ["y"])),  # a self loop
+               model(n("Add", ["x", "ghost"], ["y"])),  # an undefined name
+               model(n("Op", ["x", "ghost"], ["y"], domain="nafix.test")),  # the same, in another domain
+               model(n("Relu", ["x"], ["a"]), n("Relu", ["a"], ["y"]), n("Neg", ["x"], ["a"])),  # two producers
+               model(n("Relu", ["x"], ["x"]), n("Relu", ["x"], ["y"])))  # a graph input produced again
+        for data in bad:
+            try:
+                onnx.checker.check_model(data)
+            except onnx.checker.ValidationError:
+                refused += 1
+        ok = refused == len(bad)
+    except Exception:  # noqa: BLE001 - any doubt: the checks run
+        log.debug("onnx checker self-test failed; the cycle and reference checks always run", exc_info=True)
+        ok = False
+    _ORDER_CHECKED.append(ok)
+    return ok
 
 
 def _check_acyclic(graph: onnx.GraphProto, path: Path, scan: _NodeScan | None = None) -> None:
