@@ -16,6 +16,7 @@ import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from operator import methodcaller
 from pathlib import Path
 from typing import Mapping
 
@@ -134,7 +135,7 @@ def load_model(
         _check_text_attributes(model.graph, p, scan)
         if not text_ok:  # the fast bytes-level check found a bad text field (or could not run): say which one
             _check_strings(model, p)
-        dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
+        dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one, scan.init_names)
     except Exception:
         _check_order(model.graph, p, scan)
         raise
@@ -169,11 +170,13 @@ def load_model(
     flat = not scan.subgraphs and not len(model.functions) and not len(model.training_info)
     # (inference changes no node: the outputs whose shapes the probe wants are known already)
     produced = [o for op, outs in zip(scan.ops, scan.outputs) if op != "Constant" for o in outs if o]
+    init_names = scan.init_names  # (inference keeps every initializer, by name)
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
     static: list[set[str]] = []  # (the names inference typed with a static shape, when it says them)
     model = _infer_shapes(model, p, warnings, weights_apart=flat, static_out=static)
     if not any(d.pinned_to is None for d in dyn):
-        _fill_shapes_by_running(model, warnings, produced=produced, static=static[0] if static else None)
+        _fill_shapes_by_running(model, warnings, produced=produced, static=static[0] if static else None,
+                                initializers=init_names)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
                        imported=imported)
 
@@ -181,6 +184,7 @@ def load_model(
 _STRING, _STRINGS = onnx.AttributeProto.STRING, onnx.AttributeProto.STRINGS
 _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
 _EXTERNAL = onnx.TensorProto.EXTERNAL
+_HAS_DIM_VALUE = methodcaller("HasField", "dim_value")
 
 
 class _NodeScan:
@@ -191,10 +195,11 @@ class _NodeScan:
     top-level nodes' tensor names; ``bad_text``: the first (node, attribute) whose STRING(S) value is
     not UTF-8, in :func:`_check_text_attributes`' order; ``external``: some tensor (initializers of
     the graph and subgraphs, attribute tensors of graph, subgraphs and functions: the tensors
-    ``onnx.external_data_helper`` loads) keeps its data in an external file.
+    ``onnx.external_data_helper`` loads) keeps its data in an external file; ``init_names``: the
+    names of the graph's initializers.
     """
 
-    __slots__ = ("nodes", "_top", "_inputs", "outputs", "ops", "bad_text", "external", "subgraphs")
+    __slots__ = ("nodes", "_top", "_inputs", "outputs", "ops", "bad_text", "external", "subgraphs", "init_names")
 
     def __init__(self, graph: onnx.GraphProto, functions=()):
         top = list(graph.node)
@@ -205,7 +210,9 @@ class _NodeScan:
         self.nodes: list = []
         self.bad_text = None
         self.subgraphs = False  # some node has a GRAPH or GRAPHS attribute (even an empty one)
-        self.external = any(t.data_location == _EXTERNAL for t in graph.initializer)
+        inits = list(graph.initializer)  # (each tensor's wrapper made once for both questions)
+        self.external = any(t.data_location == _EXTERNAL for t in inits)
+        self.init_names = {t.name for t in inits}
         self._walk(top)
         for fn in functions:  # functions are no graph nodes: only their attribute tensors count
             for node in fn.node:
@@ -598,8 +605,12 @@ def _pin_input_shapes(
     path: Path,
     shapes: Mapping[str, tuple[int, ...]],
     assume_batch_one: bool,
+    inits: set[str] | None = None,
 ) -> list[DynamicDim]:
-    inits = {t.name for t in model.graph.initializer}
+    """Pin ``model``'s graph inputs (not its initializers: ``inits``, their names, when the caller has
+    them) as :func:`load_model` says; the dimensions that were not fixed integers."""
+    if inits is None:
+        inits = {t.name for t in model.graph.initializer}
     inputs = {i.name: i for i in model.graph.input if i.name not in inits}
     for name in shapes:
         if name not in inputs:
@@ -792,7 +803,7 @@ def _static_names(graph) -> set[str]:
         ok = static.get(key)
         if ok is None:
             tt = onnx.TypeProto.FromString(key).tensor_type
-            ok = static[key] = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+            ok = static[key] = tt.HasField("shape") and all(map(_HAS_DIM_VALUE, tt.shape.dim))
         if ok:
             names.add(vi.name)
     return names
@@ -810,13 +821,13 @@ def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = None,
-                           static: set[str] | None = None) -> list[str]:
+                           static: set[str] | None = None, initializers: set[str] | None = None) -> list[str]:
     """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs
     (``produced``: those outputs' names, in node order, when the caller has them; ``static``: the
     value_info and output names with a fully static shape, when the caller has them: the inputs are
-    still read here)."""
+    still read here; ``initializers``: the initializers' names, when the caller has them)."""
     g = model.graph
-    known = {t.name for t in g.initializer}
+    known = set(initializers) if initializers is not None else {t.name for t in g.initializer}
     static_of: dict[bytes, bool] = {}  # serialized TensorTypeProto -> fully static (few distinct per graph)
     if static is not None:
         known |= static
@@ -830,15 +841,17 @@ def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = 
             known.add(vi.name)
     if produced is None:
         produced = [o for node in g.node if node.op_type != "Constant" for o in node.output if o]
+    if known.issuperset(produced):
+        return []  # (the common case, decided in C)
     return [o for o in produced if o not in known]
 
 
 def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, produced: list[str] | None = None,
-                            static: set[str] | None = None) -> None:
+                            static: set[str] | None = None, initializers: set[str] | None = None) -> None:
     """Where ONNX shape inference gives up (contrib ops, shape arithmetic), run the model once in
     onnxruntime on seeded data and record the shapes and types it actually produced (``produced``,
-    ``static``: as for :func:`_unknown_shape_tensors`)."""
-    missing = _unknown_shape_tensors(model, produced, static)
+    ``static``, ``initializers``: as for :func:`_unknown_shape_tensors`)."""
+    missing = _unknown_shape_tensors(model, produced, static, initializers)
     if not missing:
         return
     # First without running anything: shape arithmetic folded and com.microsoft shape rules (exact

@@ -333,15 +333,18 @@ def _unknown_reference(model: onnx.ModelProto) -> list[str]:
 def test_unknown_shape_tensors_equal_the_plain_walk(path, monkeypatch):
     """What load_model asks the probe for (from its node scan and the static names read from
     inference's answer, types decoded once per distinct type) is what the plain walk finds, on every
-    shared and sample model; so is what the walk over the model itself finds."""
+    shared and sample model; so is what the walk over the model itself finds (with the initializer
+    names read by the node scan, and the common all-known answer decided by a set comparison)."""
     asked = []
     monkeypatch.setattr(model_io, "_fill_shapes_by_running",
-                        lambda m, w, produced=None, static=None: asked.append(
-                            (static is not None, model_io._unknown_shape_tensors(m, produced, static),
-                             model_io._unknown_shape_tensors(m), _unknown_reference(m))))
+                        lambda m, w, produced=None, static=None, initializers=None: asked.append(
+                            (static is not None, model_io._unknown_shape_tensors(m, produced, static, initializers),
+                             model_io._unknown_shape_tensors(m), _unknown_reference(m),
+                             initializers == {t.name for t in m.graph.initializer})))
     model_io.load_model(path)
-    for from_answer, got, walked, want in asked:
+    for from_answer, got, walked, want, same_initializers in asked:
         assert got == walked == want
+        assert same_initializers  # the names load_model's scan read are the loaded model's
         flat = not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                        for n in onnx.load(str(path)).graph.node for a in n.attribute)
         assert from_answer == flat  # the fast path really ran where it can
@@ -455,3 +458,17 @@ def test_static_names_read_from_the_answer_equal_the_plain_walk():
             if vi.type.tensor_type.HasField("shape")
             and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
     assert model_io._static_names(typed.graph) == want == {"o1", "a", "c", "e"}
+
+
+def test_unknown_shape_tensors_keeps_node_order_with_given_names():
+    """With the caller's produced/static/initializer names: the unknown ones in produced order, as
+    the plain walk gives them (and none when all are known)."""
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], [n]) for n in ("d", "a", "c", "b")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 2])],
+        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2])])
+    m = helper.make_model(g)
+    produced = ["d", "a", "c", "b"]
+    assert model_io._unknown_shape_tensors(m, produced, {"a", "b"}, set()) == ["d", "c"] == _unknown_reference(m)
+    assert model_io._unknown_shape_tensors(m, produced, {"a", "b"}, {"c", "d"}) == []
