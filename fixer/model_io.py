@@ -136,9 +136,13 @@ def load_model(
         if not text_ok:  # the fast bytes-level check found a bad text field (or could not run): say which one
             _check_strings(model, p)
         dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one, scan.init_names)
-    except Exception:
-        _check_order(model.graph, p, scan)
-        raise
+    except Exception as exc:
+        failed = exc
+    else:
+        failed = None
+    if failed is not None:
+        _check_order(model.graph, p, scan)  # (outside the handler: its error is not chained to this one)
+        raise failed
     warnings: list[str] = []
     named = [n.name for n in scan.nodes if n.name]
     renamed = 0
@@ -785,6 +789,17 @@ def _vi_mirror():
         want.graph.output.extend(probe.graph.output)
         want.graph.value_info.extend(probe.graph.value_info)
         assert merged.SerializeToString() == want.SerializeToString()
+        # and the call _infer_apart makes answers as shape_inference.infer_shapes does
+        probe.opset_import[0].version = 13
+        probe.graph.output[0].type.tensor_type.ClearField("shape")
+        answer = mirror.FromString(shape_inference.C.infer_shapes(probe.SerializeToString(), False, False, True))
+        answer.DiscardUnknownFields()
+        inferred = shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
+        want = onnx.ModelProto()
+        want.graph.output.extend(inferred.graph.output)
+        want.graph.value_info.extend(inferred.graph.value_info)
+        assert answer.SerializeToString() == want.SerializeToString()
+        assert len(inferred.graph.output[0].type.tensor_type.shape.dim) == 2  # (inference really typed it)
         cls = mirror
     except Exception:  # noqa: BLE001 - any trouble: inference's answer is parsed as a whole model
         log.debug("no value_info mirror; inference's answer is parsed as a model", exc_info=True)

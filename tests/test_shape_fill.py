@@ -472,3 +472,23 @@ def test_unknown_shape_tensors_keeps_node_order_with_given_names():
     produced = ["d", "a", "c", "b"]
     assert model_io._unknown_shape_tensors(m, produced, {"a", "b"}, set()) == ["d", "c"] == _unknown_reference(m)
     assert model_io._unknown_shape_tensors(m, produced, {"a", "b"}, {"c", "d"}) == []
+
+
+def test_a_mirror_failing_its_self_test_leaves_the_plain_path(monkeypatch):
+    """Should onnx's inference binding not answer as infer_shapes does (here: it fails), no mirror
+    is used and inference with the weights apart still gives the plain result, without a warning."""
+    monkeypatch.setattr(model_io, "_VI_MIRROR", [])
+    monkeypatch.setattr(model_io.shape_inference.C, "infer_shapes", lambda *a: b"\xff")
+    assert model_io._vi_mirror() is None
+    monkeypatch.undo()  # (the plain path calls infer_shapes, which needs the real binding)
+    monkeypatch.setattr(model_io, "_VI_MIRROR", [None])
+    path = SHARED / "tenvad__ten-vad.onnx"
+    if not path.exists():
+        pytest.skip("tenvad__ten-vad.onnx is absent")
+    model, twin = onnx.load(str(path)), onnx.load(str(path))
+    warnings: list[str] = []
+    static: list = []
+    apart = model_io._infer_shapes(model, path, warnings, weights_apart=True, static_out=static)
+    plain = model_io._infer_shapes(twin, path, warnings)
+    assert not warnings and not static
+    assert apart.SerializeToString() == plain.SerializeToString()
