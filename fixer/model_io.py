@@ -16,6 +16,7 @@ import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
+from operator import methodcaller
 from pathlib import Path
 from typing import Mapping
 
@@ -125,15 +126,30 @@ def load_model(
     if imported is None:
         _load_external_data(model, p, scan)
     opset = _check_opsets(model, p, max_opset)
-    _check_acyclic(model.graph, p, scan)
-    _check_references(model.graph, p, scan)
-    _check_text_attributes(model.graph, p, scan)
-    if not text_ok:  # the fast bytes-level check found a bad text field (or could not run): say which one
-        _check_strings(model, p)
-
-    dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one)
+    # The cycle and reference checks (_check_order) come next in line, but a graph the onnx checker
+    # below passes clean is sorted, in SSA form and reads only what is defined: then they cannot
+    # fail and are skipped. They still decide first wherever they did: before any later step's error
+    # and before nodes are renamed (their messages name the file's nodes); after the checker otherwise.
+    ordered = False
+    try:
+        _check_text_attributes(model.graph, p, scan)
+        if not text_ok:  # the fast bytes-level check found a bad text field (or could not run): say which one
+            _check_strings(model, p)
+        dyn = _pin_input_shapes(model, p, input_shapes or {}, assume_batch_one, scan.init_names)
+    except Exception as exc:
+        failed = exc
+    else:
+        failed = None
+    if failed is not None:
+        _check_order(model.graph, p, scan)  # (outside the handler: its error is not chained to this one)
+        raise failed
     warnings: list[str] = []
-    renamed = make_node_names_unique(model, scan.nodes)
+    named = [n.name for n in scan.nodes if n.name]
+    renamed = 0
+    if len(set(named)) != len(named):  # some nodes share a name
+        _check_order(model.graph, p, scan)
+        ordered = True
+        renamed = make_node_names_unique(model, scan.nodes)
     if renamed:
         warnings.append(f"{renamed} node(s) shared their name with another node (onnxruntime refuses that); "
                         "renamed NAME_1, NAME_2, ...")
@@ -142,21 +158,29 @@ def load_model(
     # the parsed model again (its weights included) would only copy them.
     unchanged = (imported is None and not scan.external and not renamed and not input_shapes
                  and all(d.pinned_to is None for d in dyn))
+    clean = False
     try:
         onnx.checker.check_model(data if unchanged else model)
+        clean = True
     except onnx.checker.ValidationError as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else "invalid model"
         warnings.append(f"onnx checker: {first}")
     except Exception as exc:  # noqa: BLE001 - the checker raises many kinds; none is fatal for analysis
         warnings.append(f"onnx checker could not run: {exc}")
+    # (sparse initializers are defined names to the checker, not to _check_references)
+    if not ordered and not (clean and not len(model.graph.sparse_initializer) and _checker_checks_order()):
+        _check_order(model.graph, p, scan)
     # shape inference of a graph without subgraphs, functions or training graphs: _infer_apart
     flat = not scan.subgraphs and not len(model.functions) and not len(model.training_info)
     # (inference changes no node: the outputs whose shapes the probe wants are known already)
     produced = [o for op, outs in zip(scan.ops, scan.outputs) if op != "Constant" for o in outs if o]
+    init_names = scan.init_names  # (inference keeps every initializer, by name)
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
-    model = _infer_shapes(model, p, warnings, weights_apart=flat)
+    static: list[set[str]] = []  # (the names inference typed with a static shape, when it says them)
+    model = _infer_shapes(model, p, warnings, weights_apart=flat, static_out=static)
     if not any(d.pinned_to is None for d in dyn):
-        _fill_shapes_by_running(model, warnings, produced=produced)
+        _fill_shapes_by_running(model, warnings, produced=produced, static=static[0] if static else None,
+                                initializers=init_names)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
                        imported=imported)
 
@@ -164,6 +188,7 @@ def load_model(
 _STRING, _STRINGS = onnx.AttributeProto.STRING, onnx.AttributeProto.STRINGS
 _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
 _EXTERNAL = onnx.TensorProto.EXTERNAL
+_HAS_DIM_VALUE = methodcaller("HasField", "dim_value")
 
 
 class _NodeScan:
@@ -174,25 +199,35 @@ class _NodeScan:
     top-level nodes' tensor names; ``bad_text``: the first (node, attribute) whose STRING(S) value is
     not UTF-8, in :func:`_check_text_attributes`' order; ``external``: some tensor (initializers of
     the graph and subgraphs, attribute tensors of graph, subgraphs and functions: the tensors
-    ``onnx.external_data_helper`` loads) keeps its data in an external file.
+    ``onnx.external_data_helper`` loads) keeps its data in an external file; ``init_names``: the
+    names of the graph's initializers.
     """
 
-    __slots__ = ("nodes", "inputs", "outputs", "ops", "bad_text", "external", "subgraphs")
+    __slots__ = ("nodes", "_top", "_inputs", "outputs", "ops", "bad_text", "external", "subgraphs", "init_names")
 
     def __init__(self, graph: onnx.GraphProto, functions=()):
         top = list(graph.node)
-        self.inputs = [n.input[:] for n in top]  # (a slice copies in C: twice as fast as list())
-        self.outputs = [n.output[:] for n in top]
+        self._top = top
+        self._inputs = None  # read when first asked for: only the cycle and reference checks do
+        self.outputs = [n.output[:] for n in top]  # (a slice copies in C: twice as fast as list())
         self.ops = [n.op_type for n in top]
         self.nodes: list = []
         self.bad_text = None
         self.subgraphs = False  # some node has a GRAPH or GRAPHS attribute (even an empty one)
-        self.external = any(t.data_location == _EXTERNAL for t in graph.initializer)
+        inits = list(graph.initializer)  # (each tensor's wrapper made once for both questions)
+        self.external = any(t.data_location == _EXTERNAL for t in inits)
+        self.init_names = {t.name for t in inits}
         self._walk(top)
         for fn in functions:  # functions are no graph nodes: only their attribute tensors count
             for node in fn.node:
                 for attr in node.attribute:
                     self._tensors(attr)
+
+    @property
+    def inputs(self) -> list[list[str]]:
+        if self._inputs is None:
+            self._inputs = [n.input[:] for n in self._top]
+        return self._inputs
 
     def _tensors(self, attr) -> None:
         # whatever the attribute's declared type: onnx's loader visits ``t`` and ``tensors`` of all
@@ -435,6 +470,58 @@ def _check_opsets(model: onnx.ModelProto, path: Path, max_opset: int | None) -> 
     return opset
 
 
+def _check_order(graph: onnx.GraphProto, path: Path, scan: _NodeScan) -> None:
+    """The graph has no cycle and every node reads a tensor something provides."""
+    _check_acyclic(graph, path, scan)
+    _check_references(graph, path, scan)
+
+
+_ORDER_CHECKED: list = []
+
+
+def _checker_checks_order() -> bool:
+    """True when onnx's checker, here, refuses the top-level graphs :func:`_check_order` refuses:
+    unsorted nodes, a cycle (a self loop included), a read of a name nothing defines (in the default
+    domain or another), a name produced twice or produced over a graph input; a self-test on crafted
+    models, run once. False (the checks always run) if any of them passes or anything goes wrong."""
+    if _ORDER_CHECKED:
+        return _ORDER_CHECKED[0]
+    ok = False
+    try:
+        from onnx import helper
+
+        n = helper.make_node
+
+        def model(*nodes) -> bytes:
+            vi = [helper.make_tensor_value_info(v, onnx.TensorProto.FLOAT, [2]) for v in ("x", "y")]
+            m = helper.make_model(helper.make_graph(list(nodes), "g", vi[:1], vi[1:]),
+                                  opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("nafix.test", 1)])
+            m.ir_version = 7
+            return m.SerializeToString()
+
+        onnx.checker.check_model(model(n("Relu", ["x"], ["a"]), n("Add", ["a", "x"], ["y"])))
+        refused = 0
+        bad = (model(n("Relu", ["a"], ["y"]), n("Relu", ["x"], ["a"])),  # unsorted
+               model(n("Relu", ["x"], ["a"]), n("Add", ["a", "c"], ["b"]), n("Relu", ["b"], ["c"]),
+                     n("Identity", ["c"], ["y"])),  # a cycle
+               model(n("Add", ["x", "y"], ["y"])),  # a self loop
+               model(n("Add", ["x", "ghost"], ["y"])),  # an undefined name
+               model(n("Op", ["x", "ghost"], ["y"], domain="nafix.test")),  # the same, in another domain
+               model(n("Relu", ["x"], ["a"]), n("Relu", ["a"], ["y"]), n("Neg", ["x"], ["a"])),  # two producers
+               model(n("Relu", ["x"], ["x"]), n("Relu", ["x"], ["y"])))  # a graph input produced again
+        for data in bad:
+            try:
+                onnx.checker.check_model(data)
+            except onnx.checker.ValidationError:
+                refused += 1
+        ok = refused == len(bad)
+    except Exception:  # noqa: BLE001 - any doubt: the checks run
+        log.debug("onnx checker self-test failed; the cycle and reference checks always run", exc_info=True)
+        ok = False
+    _ORDER_CHECKED.append(ok)
+    return ok
+
+
 def _check_acyclic(graph: onnx.GraphProto, path: Path, scan: _NodeScan | None = None) -> None:
     scan = scan or _NodeScan(graph)
     producers: dict[str, int] = {}
@@ -522,8 +609,12 @@ def _pin_input_shapes(
     path: Path,
     shapes: Mapping[str, tuple[int, ...]],
     assume_batch_one: bool,
+    inits: set[str] | None = None,
 ) -> list[DynamicDim]:
-    inits = {t.name for t in model.graph.initializer}
+    """Pin ``model``'s graph inputs (not its initializers: ``inits``, their names, when the caller has
+    them) as :func:`load_model` says; the dimensions that were not fixed integers."""
+    if inits is None:
+        inits = {t.name for t in model.graph.initializer}
     inputs = {i.name: i for i in model.graph.input if i.name not in inits}
     for name in shapes:
         if name not in inputs:
@@ -567,9 +658,11 @@ def _pin_input_shapes(
 
 
 def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str], *,
-                  weights_apart: bool = False) -> onnx.ModelProto:
+                  weights_apart: bool = False, static_out: list | None = None) -> onnx.ModelProto:
     """ONNX shape inference (data propagation on). ``weights_apart`` (a graph without subgraphs and
-    functions): :func:`_infer_apart`, the same result without copying the weights through it."""
+    functions): :func:`_infer_apart`, the same result without copying the weights through it; there
+    ``static_out`` (a list) receives the set of value_info and output names inferred with a fully
+    static tensor shape, when that path could read them (see :func:`_unknown_shape_tensors`)."""
     # Stale value_info from the exporter can contradict pinned inputs; inference recomputes it.
     del model.graph.value_info[:]
     for out in model.graph.output:
@@ -579,7 +672,7 @@ def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str], *,
             out.type.tensor_type.ClearField("shape")
     try:
         if weights_apart:
-            return _infer_apart(model)
+            return _infer_apart(model, static_out)
         return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
     except Exception as exc:  # noqa: BLE001 - inference errors on odd models must not abort an audit
         warnings.append(f"shape inference failed ({str(exc).splitlines()[0]}); some shapes are unknown")
@@ -593,12 +686,16 @@ _APART_MIN_BYTES = 4096
 _SHAPE_DATA_TYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
 
 
-def _infer_apart(model: onnx.ModelProto) -> onnx.ModelProto:
+def _infer_apart(model: onnx.ModelProto, static_out: list | None = None) -> onnx.ModelProto:
     """``infer_shapes(model)`` for a graph without subgraphs or functions, with the large weights'
     bytes held apart: inference serializes the model, copies it in C++ and returns a new model, so
     every weight byte was copied four times for shapes that never depend on them. Returns ``model``
     itself with the inferred value_info and outputs (inference changes nothing else in such a graph;
-    tests/test_shape_fill.py compares the bytes with plain inference on every shared model)."""
+    tests/test_shape_fill.py compares the bytes with plain inference on every shared model).
+
+    Only the graph's outputs and value_info of what inference returns are read (:func:`_vi_mirror`:
+    the rest of the model is not parsed again) and merged into ``model`` as serialized; ``static_out``
+    (a list) then receives the names among them with a fully static tensor shape."""
     held = []
     for t in model.graph.initializer:
         if t.data_type not in _SHAPE_DATA_TYPES:
@@ -606,17 +703,125 @@ def _infer_apart(model: onnx.ModelProto) -> onnx.ModelProto:
             if len(data) >= _APART_MIN_BYTES:
                 held.append((t, data))
                 t.ClearField("raw_data")
+    mirror = _vi_mirror()
     try:
-        inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        if mirror is None:
+            inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
+        else:  # what shape_inference.infer_shapes runs, without parsing its answer into a new model
+            out = shape_inference.C.infer_shapes(model.SerializeToString(), False, False, True)
     finally:
         for t, data in held:
             t.raw_data = data
-    g, ig = model.graph, inferred.graph
+    g = model.graph
     del g.value_info[:]
-    g.value_info.extend(ig.value_info)
     del g.output[:]
-    g.output.extend(ig.output)
+    if mirror is None:
+        ig = inferred.graph
+        g.value_info.extend(ig.value_info)
+        g.output.extend(ig.output)
+        return model
+    typed = mirror.FromString(out)
+    if static_out is not None:
+        static_out.append(_static_names(typed.graph))
+    typed.DiscardUnknownFields()  # the graph's outputs and value_info alone (merging appends them)
+    model.MergeFromString(typed.SerializeToString())
     return model
+
+
+_VI_MIRROR: list = []
+
+
+def _vi_mirror():
+    """A message class reading, of a serialized ``onnx.ModelProto``, only ``graph.output`` and
+    ``graph.value_info`` (every other field unknown to it), with a ValueInfoProto's ``type`` (and any
+    other sub-message field of it) kept as its serialized bytes; None where it cannot be built.
+
+    Serialized again (unknown fields discarded), it is a ModelProto holding those two lists alone,
+    field for field as read: merged into a model, it appends them. A self-test decides it is usable."""
+    if _VI_MIRROR:
+        return _VI_MIRROR[0]
+    cls = None
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+        fdp = descriptor_pb2.FileDescriptorProto()
+        onnx.ModelProto.DESCRIPTOR.file.CopyToProto(fdp)
+        old = "." + fdp.package + "."
+        lite = descriptor_pb2.FileDescriptorProto(name="nafix_vi/" + fdp.name, package="nafix_vi." + fdp.package,
+                                                  syntax="proto2")
+        keep = {"ModelProto": ("graph",), "GraphProto": ("output", "value_info"), "ValueInfoProto": None}
+        for m in fdp.message_type:
+            if m.name not in keep:
+                continue
+            nm = lite.message_type.add(name=m.name)
+            for f in m.field:
+                if keep[m.name] is not None and f.name not in keep[m.name]:
+                    continue
+                nf = nm.field.add()
+                nf.CopyFrom(f)
+                if m.name == "ValueInfoProto" and nf.type == nf.TYPE_MESSAGE:
+                    nf.type = nf.TYPE_BYTES  # the same wire format: kept as serialized
+                    nf.ClearField("type_name")
+                elif nf.type_name.startswith(old):
+                    nf.type_name = ".nafix_vi" + nf.type_name
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(lite)
+        mirror = message_factory.GetMessageClass(pool.FindMessageTypeByName(lite.package + ".ModelProto"))
+        vi = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["value_info"].message_type
+        assert set(mirror.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["value_info"]
+                   .message_type.fields_by_name) == set(vi.fields_by_name)
+        # self-test: a model's outputs and value_info come back alone, byte for byte, and merge as extend() does
+        from onnx import helper
+
+        probe = helper.make_model(helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"], name="n")], "g",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, "n"])],
+            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2], doc_string="d")],
+            value_info=[helper.make_tensor_value_info("z", onnx.TensorProto.INT8, None)]))
+        helper.set_model_props(probe, {"k": "v"})
+        probe.graph.value_info[0].metadata_props.add(key="a", value="b")
+        typed = mirror.FromString(probe.SerializeToString())
+        assert [(v.name, v.type) for v in typed.graph.output] == [("y", probe.graph.output[0].type.SerializeToString())]
+        typed.DiscardUnknownFields()
+        merged = onnx.ModelProto()
+        merged.MergeFromString(typed.SerializeToString())
+        want = onnx.ModelProto()
+        want.graph.output.extend(probe.graph.output)
+        want.graph.value_info.extend(probe.graph.value_info)
+        assert merged.SerializeToString() == want.SerializeToString()
+        # and the call _infer_apart makes answers as shape_inference.infer_shapes does
+        probe.opset_import[0].version = 13
+        probe.graph.output[0].type.tensor_type.ClearField("shape")
+        answer = mirror.FromString(shape_inference.C.infer_shapes(probe.SerializeToString(), False, False, True))
+        answer.DiscardUnknownFields()
+        inferred = shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
+        want = onnx.ModelProto()
+        want.graph.output.extend(inferred.graph.output)
+        want.graph.value_info.extend(inferred.graph.value_info)
+        assert answer.SerializeToString() == want.SerializeToString()
+        assert len(inferred.graph.output[0].type.tensor_type.shape.dim) == 2  # (inference really typed it)
+        cls = mirror
+    except Exception:  # noqa: BLE001 - any trouble: inference's answer is parsed as a whole model
+        log.debug("no value_info mirror; inference's answer is parsed as a model", exc_info=True)
+        cls = None
+    _VI_MIRROR.append(cls)
+    return cls
+
+
+def _static_names(graph) -> set[str]:
+    """The names of ``graph``'s value_info and outputs (of :func:`_vi_mirror`: types as bytes) whose
+    tensor shape is fully static, each distinct type decoded once."""
+    static: dict[bytes, bool] = {}
+    names = set()
+    for vi in itertools.chain(graph.value_info, graph.output):
+        key = vi.type
+        ok = static.get(key)
+        if ok is None:
+            tt = onnx.TypeProto.FromString(key).tensor_type
+            ok = static[key] = tt.HasField("shape") and all(map(_HAS_DIM_VALUE, tt.shape.dim))
+        if ok:
+            names.add(vi.name)
+    return names
 
 
 def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -630,30 +835,38 @@ def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = None) -> list[str]:
+def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = None,
+                           static: set[str] | None = None, initializers: set[str] | None = None) -> list[str]:
     """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs
-    (``produced``: those outputs' names, in node order, when the caller has them)."""
+    (``produced``: those outputs' names, in node order, when the caller has them; ``static``: the
+    value_info and output names with a fully static shape, when the caller has them: the inputs are
+    still read here; ``initializers``: the initializers' names, when the caller has them)."""
     g = model.graph
-    known = {t.name for t in g.initializer}
-    static: dict[bytes, bool] = {}  # serialized TensorTypeProto -> fully static (few distinct per graph)
-    for vi in itertools.chain(g.value_info, g.output, g.input):
+    known = set(initializers) if initializers is not None else {t.name for t in g.initializer}
+    static_of: dict[bytes, bool] = {}  # serialized TensorTypeProto -> fully static (few distinct per graph)
+    if static is not None:
+        known |= static
+    for vi in (g.input if static is not None else itertools.chain(g.value_info, g.output, g.input)):
         tt = vi.type.tensor_type
         key = tt.SerializeToString()
-        ok = static.get(key)
+        ok = static_of.get(key)
         if ok is None:
-            ok = static[key] = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
+            ok = static_of[key] = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
         if ok:
             known.add(vi.name)
     if produced is None:
         produced = [o for node in g.node if node.op_type != "Constant" for o in node.output if o]
+    if known.issuperset(produced):
+        return []  # (the common case, decided in C)
     return [o for o in produced if o not in known]
 
 
-def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, produced: list[str] | None = None) -> None:
+def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, produced: list[str] | None = None,
+                            static: set[str] | None = None, initializers: set[str] | None = None) -> None:
     """Where ONNX shape inference gives up (contrib ops, shape arithmetic), run the model once in
-    onnxruntime on seeded data and record the shapes and types it actually produced (``produced``:
-    as for :func:`_unknown_shape_tensors`)."""
-    missing = _unknown_shape_tensors(model, produced)
+    onnxruntime on seeded data and record the shapes and types it actually produced (``produced``,
+    ``static``, ``initializers``: as for :func:`_unknown_shape_tensors`)."""
+    missing = _unknown_shape_tensors(model, produced, static, initializers)
     if not missing:
         return
     # First without running anything: shape arithmetic folded and com.microsoft shape rules (exact

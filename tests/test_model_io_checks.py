@@ -326,3 +326,119 @@ def test_acyclic_check_agrees_with_the_plain_topological_sort(case):
     else:
         with pytest.raises(InputError, match="cycle"):
             model_io._check_acyclic(g, Path("m.onnx"))
+
+
+# ------------------------------------------------------------------------------------------------
+# the cycle and reference checks are skipped behind a clean onnx checker: same refusals, same order
+# ------------------------------------------------------------------------------------------------
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
+
+
+def test_the_checker_self_test_passes_here():
+    """The skip is live with this onnx (else every load runs the checks and the tests below only
+    compare the plain path with itself)."""
+    assert model_io._checker_checks_order()
+
+
+def _order_case(case: str) -> onnx.ModelProto:
+    n = h.make_node
+    nodes = {
+        "cycle": [n("Relu", ["x"], ["a"], name="r"), n("Add", ["a", "c"], ["b"], name="add"),
+                  n("Relu", ["b"], ["c"], name="back"), n("Identity", ["c"], ["y"], name="out")],
+        "self loop": [n("Add", ["x", "y"], ["y"], name="loop")],
+        "undefined": [n("Relu", ["x"], ["a"], name="r"), n("Add", ["a", "ghost"], ["y"], name="add")],
+        "undefined, custom domain": [n("Op", ["x", "ghost"], ["y"], name="custom", domain="nafix.test")],
+        "sparse initializer": [n("Add", ["x", "sp"], ["y"], name="add")],
+        "unsorted": [n("Add", ["a", "x"], ["y"], name="add"), n("Relu", ["x"], ["a"], name="r")],
+        "two producers": [n("Relu", ["x"], ["a"], name="r"), n("Relu", ["a"], ["y"], name="r2"),
+                          n("Neg", ["x"], ["a"], name="neg")],
+        "clean": [n("Relu", ["x"], ["a"], name="r"), n("Add", ["a", "x"], ["y"], name="add")],
+    }[case]
+    g = h.make_graph(nodes, "g", [tv("x", [1, 4])], [tv("y", [1, 4])])
+    if case == "sparse initializer":  # defined for the checker, not for nafix's reference check
+        sp = g.sparse_initializer.add()
+        sp.dims.extend([1, 4])
+        sp.values.CopyFrom(nh.from_array(np.ones(1, np.float32), "sp"))
+        sp.indices.CopyFrom(nh.from_array(np.zeros(1, np.int64), "sp_idx"))
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17), h.make_opsetid("nafix.test", 1)])
+    m.ir_version = 8
+    return m
+
+
+def _plain_order_error(m: onnx.ModelProto, path: Path) -> str | None:
+    """What the cycle and reference checks say on their own (the former unconditional calls)."""
+    try:
+        model_io._check_acyclic(m.graph, path)
+        model_io._check_references(m.graph, path)
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
+ORDER_CASES = ["cycle", "self loop", "undefined", "undefined, custom domain", "sparse initializer", "unsorted",
+               "two producers", "clean"]
+
+
+@pytest.mark.parametrize("skip", [True, False], ids=["checker first", "checks always"])
+@pytest.mark.parametrize("case", ORDER_CASES)
+def test_order_checks_refuse_as_before(tmp_path, monkeypatch, case, skip):
+    m = _order_case(case)
+    src = tmp_path / "m.onnx"
+    src.write_bytes(m.SerializeToString())
+    want = _plain_order_error(m, src)
+    assert (want is None) == (case in ("unsorted", "two producers", "clean"))
+    if not skip:
+        monkeypatch.setattr(model_io, "_ORDER_CHECKED", [False])
+    ran = []
+    real = model_io._check_order
+    monkeypatch.setattr(model_io, "_check_order", lambda *a: ran.append(1) or real(*a))
+    if want is None:
+        load_model(src)
+    else:
+        with pytest.raises(InputError) as err:
+            load_model(src)
+        assert str(err.value) == want
+    # the checks ran unless the checker passed the graph clean
+    assert bool(ran) == (not skip or case != "clean")
+
+
+@pytest.mark.parametrize("other", ["bad --input-shape", "shared node names", "non-UTF-8 attribute"])
+def test_order_checks_still_speak_before_later_errors(tmp_path, other):
+    """A cyclic graph that fails a later step too: the cycle is what nafix reports, as before, and
+    its message names the nodes as the file does."""
+    m = _order_case("cycle")
+    if other == "shared node names":
+        for node in m.graph.node:
+            node.name = "same"
+    data = m.SerializeToString()
+    if other == "non-UTF-8 attribute":
+        m.graph.node[3].attribute.append(h.make_attribute("tag", "BADVALUE"))
+        data = m.SerializeToString().replace(b"BADVALUE", b"\xffADVALUE")
+    src = tmp_path / "m.onnx"
+    src.write_bytes(data)
+    want = _plain_order_error(onnx.load_from_string(data), src)
+    assert want and "cycle" in want
+    shapes = {"nosuch": (1, 4)} if other == "bad --input-shape" else None
+    with pytest.raises(InputError) as err:
+        load_model(src, input_shapes=shapes)
+    assert str(err.value) == want
+
+
+REAL = sorted(SHARED.glob("*.onnx")) + sorted(SAMPLES.glob("*.onnx"))
+
+
+@pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
+def test_real_models_load_the_same_with_the_checks_skipped(path, monkeypatch):
+    ran = []
+    real = model_io._check_order
+    monkeypatch.setattr(model_io, "_check_order", lambda *a: ran.append(1) or real(*a))
+    fast = load_model(path)
+    skipped = not ran
+    monkeypatch.setattr(model_io, "_ORDER_CHECKED", [False])
+    plain = load_model(path)
+    assert ran  # the plain path ran the checks
+    assert fast.model.SerializeToString() == plain.model.SerializeToString()
+    assert fast.warnings == plain.warnings
+    assert skipped == (not any(w.startswith("onnx checker") for w in fast.warnings))

@@ -290,7 +290,8 @@ def test_inference_with_weights_apart_equals_plain_inference(path):
     assert apart.SerializeToString() == plain.SerializeToString()
 
 
-def test_weights_apart_really_strips_large_weights(monkeypatch):
+@pytest.mark.parametrize("mirror", [True, False], ids=["value_info mirror", "whole answer parsed"])
+def test_weights_apart_really_strips_large_weights(monkeypatch, mirror):
     """The fast path is taken (inference sees no large float weight) and the weights come back."""
     w = np.arange(16 * 8 * 3 * 3, dtype=np.float32).reshape(16, 8, 3, 3)
     g = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["y"])], "g",
@@ -299,13 +300,22 @@ def test_weights_apart_really_strips_large_weights(monkeypatch):
                           initializer=[numpy_helper.from_array(w, "w")])
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     seen = []
+    if mirror:
+        assert model_io._vi_mirror() is not None
+        real_c = model_io.shape_inference.C.infer_shapes
+        monkeypatch.setattr(model_io.shape_inference.C, "infer_shapes", lambda b, *a: seen.append(
+            len(onnx.load_from_string(b).graph.initializer[0].raw_data)) or real_c(b, *a))
+    else:
+        monkeypatch.setattr(model_io, "_VI_MIRROR", [None])
     real = model_io.shape_inference.infer_shapes
     monkeypatch.setattr(model_io.shape_inference, "infer_shapes",
                         lambda m, **k: seen.append(len(m.graph.initializer[0].raw_data)) or real(m, **k))
-    out = model_io._infer_shapes(model, Path("<test>"), [], weights_apart=True)
+    static: list = []
+    out = model_io._infer_shapes(model, Path("<test>"), [], weights_apart=True, static_out=static)
     assert seen == [0]
     np.testing.assert_array_equal(numpy_helper.to_array(out.graph.initializer[0]), w)
     assert [d.dim_value for d in out.graph.output[0].type.tensor_type.shape.dim] == [1, 16, 3, 3]
+    assert static == ([{"y"}] if mirror else [])
 
 
 def _unknown_reference(model: onnx.ModelProto) -> list[str]:
@@ -321,15 +331,23 @@ def _unknown_reference(model: onnx.ModelProto) -> list[str]:
 
 @pytest.mark.parametrize("path", APART_MODELS, ids=lambda p: p.name)
 def test_unknown_shape_tensors_equal_the_plain_walk(path, monkeypatch):
-    """What load_model asks the probe for (from its node scan, types decoded once per distinct
-    type) is what the plain walk finds, on every shared and sample model."""
+    """What load_model asks the probe for (from its node scan and the static names read from
+    inference's answer, types decoded once per distinct type) is what the plain walk finds, on every
+    shared and sample model; so is what the walk over the model itself finds (with the initializer
+    names read by the node scan, and the common all-known answer decided by a set comparison)."""
     asked = []
     monkeypatch.setattr(model_io, "_fill_shapes_by_running",
-                        lambda m, w, produced=None: asked.append((model_io._unknown_shape_tensors(m, produced),
-                                                                  _unknown_reference(m))))
+                        lambda m, w, produced=None, static=None, initializers=None: asked.append(
+                            (static is not None, model_io._unknown_shape_tensors(m, produced, static, initializers),
+                             model_io._unknown_shape_tensors(m), _unknown_reference(m),
+                             initializers == {t.name for t in m.graph.initializer})))
     model_io.load_model(path)
-    for got, want in asked:
-        assert got == want
+    for from_answer, got, walked, want, same_initializers in asked:
+        assert got == walked == want
+        assert same_initializers  # the names load_model's scan read are the loaded model's
+        flat = not any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                       for n in onnx.load(str(path)).graph.node for a in n.attribute)
+        assert from_answer == flat  # the fast path really ran where it can
 
 
 def test_unknown_shape_tensors_tells_symbolic_and_zero_dims_apart():
@@ -417,3 +435,60 @@ def test_an_impossible_computed_reshape_is_left_to_the_probe():
     inferred, missing = _inferred(m)
     assert missing == ["y"]
     assert shape_fill.infer_missing(inferred, missing) is None
+
+
+def test_static_names_read_from_the_answer_equal_the_plain_walk():
+    """_static_names (types kept serialized by the value_info mirror) against the plain per-dimension
+    walk, on static, symbolic, zero, rank-unknown and non-tensor types, outputs included."""
+    seq = helper.make_tensor_sequence_value_info("s", TensorProto.FLOAT, [1, 2])
+    g = helper.make_graph(
+        [], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("o1", TensorProto.FLOAT, [3, 2]),
+         helper.make_tensor_value_info("o2", TensorProto.FLOAT, ["n", 2])],
+        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2]),
+                    helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "n"]),
+                    helper.make_tensor_value_info("c", TensorProto.FLOAT, [0, 2]),
+                    helper.make_tensor_value_info("d", TensorProto.FLOAT, None),
+                    helper.make_tensor_value_info("e", TensorProto.INT8, []),
+                    helper.make_tensor_value_info("f", TensorProto.FLOAT, [1, 2]), seq])
+    m = helper.make_model(g)
+    m.graph.value_info[-2].type.tensor_type.shape.dim[1].ClearField("dim_value")  # a dim with neither field
+    typed = model_io._vi_mirror().FromString(m.SerializeToString())
+    want = {vi.name for vi in (*m.graph.value_info, *m.graph.output)
+            if vi.type.tensor_type.HasField("shape")
+            and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
+    assert model_io._static_names(typed.graph) == want == {"o1", "a", "c", "e"}
+
+
+def test_unknown_shape_tensors_keeps_node_order_with_given_names():
+    """With the caller's produced/static/initializer names: the unknown ones in produced order, as
+    the plain walk gives them (and none when all are known)."""
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], [n]) for n in ("d", "a", "c", "b")], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 2])],
+        value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2])])
+    m = helper.make_model(g)
+    produced = ["d", "a", "c", "b"]
+    assert model_io._unknown_shape_tensors(m, produced, {"a", "b"}, set()) == ["d", "c"] == _unknown_reference(m)
+    assert model_io._unknown_shape_tensors(m, produced, {"a", "b"}, {"c", "d"}) == []
+
+
+def test_a_mirror_failing_its_self_test_leaves_the_plain_path(monkeypatch):
+    """Should onnx's inference binding not answer as infer_shapes does (here: it fails), no mirror
+    is used and inference with the weights apart still gives the plain result, without a warning."""
+    monkeypatch.setattr(model_io, "_VI_MIRROR", [])
+    monkeypatch.setattr(model_io.shape_inference.C, "infer_shapes", lambda *a: b"\xff")
+    assert model_io._vi_mirror() is None
+    monkeypatch.undo()  # (the plain path calls infer_shapes, which needs the real binding)
+    monkeypatch.setattr(model_io, "_VI_MIRROR", [None])
+    path = SHARED / "tenvad__ten-vad.onnx"
+    if not path.exists():
+        pytest.skip("tenvad__ten-vad.onnx is absent")
+    model, twin = onnx.load(str(path)), onnx.load(str(path))
+    warnings: list[str] = []
+    static: list = []
+    apart = model_io._infer_shapes(model, path, warnings, weights_apart=True, static_out=static)
+    plain = model_io._infer_shapes(twin, path, warnings)
+    assert not warnings and not static
+    assert apart.SerializeToString() == plain.SerializeToString()
