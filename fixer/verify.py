@@ -911,11 +911,11 @@ def _part(model: onnx.ModelProto, part: Sequence[onnx.NodeProto], tensors: Seque
     initializers it reads kept, every other tensor it reads from the rest of the model an input."""
     produced = {o for n in part for o in n.output if o}
     inits = {t.name: t for t in model.graph.initializer}
-    read = []
+    read: dict[str, None] = {}  # in first-read order (a dict: a list's membership test is linear)
     for n in part:
         for i in n.input:
-            if i and i not in produced and i not in read:
-                read.append(i)
+            if i and i not in produced:
+                read.setdefault(i)
     inputs = tuple(i for i in read if i not in inits)
     m = onnx.ModelProto()
     m.ir_version = model.ir_version
@@ -1127,7 +1127,7 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
                     if id(r) not in ids:
                         diff.append(r)
                         ids.add(id(r))
-    keep = _with_constant_inputs(fixed, diff, same, const)
+    keep = _with_constant_inputs(fixed, diff + _dequantized_reads(fixed, diff, ids, producer, same, const), same, const)
     part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
     o_made = _tensor_names(original)
     o_inputs = {vi.name for vi in original.graph.input}
@@ -1142,6 +1142,35 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
     if any(t not in same and t not in f_made for t in wanted):
         return None
     return RewrittenPart(part, checked)
+
+
+def _dequantized_reads(fixed: onnx.ModelProto, diff: Sequence[onnx.NodeProto], ids: set[int],
+                       producer: Mapping[str, onnx.NodeProto], same: set[str], const: set[str]) -> list[onnx.NodeProto]:
+    """The DequantizeLinear nodes of ``fixed`` whose float activation the rewritten nodes ``diff``
+    (ids ``ids``) read, where such a node is the original's node of that tensor (``producer``: the
+    original's nodes by output) with a proven scale and zero-point (in ``same``), and reads a tensor
+    that no rewritten node computes and that is not computed from initializers alone (``const``:
+    those are :func:`_with_constant_inputs`'). In the rewritten nodes' part such a node computes the
+    original's value of its output again, bit for bit (the same node on the original's int8 values
+    and the same parameters; onnxruntime computes a node from its inputs alone): the part then reads
+    the int8 tensor, and the original's run fetches that rather than the float one (onnxruntime's
+    session costs grow faster than the graph with float activations fetched as outputs)."""
+    f_producer = {o: n for n in fixed.graph.node for o in n.output if o}
+    made_by_diff = {o for n in diff for o in n.output if o}
+    out: list[onnx.NodeProto] = []
+    taken: set[int] = set()
+    for n in diff:
+        for i in n.input:
+            d = f_producer.get(i) if i and i not in const else None
+            if (d is None or id(d) in ids or id(d) in taken or d.op_type != "DequantizeLinear"
+                    or d.domain not in ("", "ai.onnx") or not d.input or not _same_node(producer.get(i), d)):
+                continue
+            x = d.input[0]
+            if not x or x in made_by_diff or x in const or any(j and j not in same for j in d.input[1:]):
+                continue
+            taken.add(id(d))
+            out.append(d)
+    return out
 
 
 def _same_bits(a: np.ndarray, b: np.ndarray) -> bool:

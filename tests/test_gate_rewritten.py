@@ -416,3 +416,69 @@ def test_the_regions_join_the_fixed_models_session_only_once_an_input_set_is_not
         assert a["rewritten_nodes"][0]["bit_exact_fraction"] == pytest.approx(2 / 3)
     assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch, contract=lsb, inputs=feeds,
                         boundaries=b)
+
+
+# ------------------------------------------------------------------------------------------------
+# the rewritten nodes' part computes the DequantizeLinear they read through (verify._dequantized_reads)
+# ------------------------------------------------------------------------------------------------
+
+
+def _qdq_sub(rewritten: bool, c: float = 0.75, scale_name: str = "s"):
+    """x -> Q -> DQ -> Sub(c, .) -> Q -> DQ -> y; ``rewritten``: the Sub as Add(c, Neg(.)), which is
+    c - x bit for bit (or not, with another ``c`` in the fixed model)."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q1"], name="q1"),
+             helper.make_node("DequantizeLinear", ["q1", scale_name, "z"], ["dq1"], name="dq1")]
+    if rewritten:
+        nodes += [helper.make_node("Neg", ["dq1"], ["neg"], name="sub__nafix_0"),
+                  helper.make_node("Add", ["c2", "neg"], ["t"], name="sub__nafix_1")]
+    else:
+        nodes += [helper.make_node("Sub", ["c", "dq1"], ["t"], name="sub")]
+    nodes += [helper.make_node("QuantizeLinear", ["t", "s", "z"], ["tq"], name="q2"),
+              helper.make_node("DequantizeLinear", ["tq", "s", "z"], ["y"], name="dq2")]
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(0, np.int8)}
+    inits["c2" if rewritten else "c"] = np.array(c, np.float32)
+    if scale_name != "s":
+        inits[scale_name] = np.array(0.05, np.float32)
+    return _model(nodes, inits)
+
+
+def test_the_rewritten_nodes_part_reads_the_int8_tensor_behind_a_dequantizelinear():
+    orig, fixed = _qdq_sub(False), _qdq_sub(True)
+    proof = verify_mod.proven_equal(orig, fixed, {})
+    rp = verify_mod.rewritten_part(orig, fixed, proof, ["y"])
+    assert rp is not None and rp.checked == ("tq",)
+    assert [n.name for n in rp.part.model.graph.node] == ["dq1", "sub__nafix_0", "sub__nafix_1", "q2"]
+    assert rp.part.inputs == ("q1",)  # not the float 'dq1' the rewritten nodes read
+
+
+def test_a_dequantizelinear_not_proven_the_originals_is_not_computed_again():
+    # the fixed model's DequantizeLinear reads a scale of another name: not the original's node
+    orig, fixed = _qdq_sub(False), _qdq_sub(True, scale_name="s_other")
+    proof = verify_mod.proven_equal(orig, fixed, {})
+    dq = next(n for n in fixed.graph.node if n.name == "dq1")
+    diff = [n for n in fixed.graph.node if n.name.startswith("sub__")]
+    assert verify_mod._dequantized_reads(fixed, diff, {id(n) for n in diff}, {o: n for n in orig.graph.node for o in n.output},
+                                         proof[0], verify_mod._computed_from_initializers(fixed)) == []
+    assert dq not in verify_mod._dequantized_reads(fixed, diff, {id(n) for n in diff},
+                                                   {o: n for n in fixed.graph.node for o in n.output}, set(),
+                                                   verify_mod._computed_from_initializers(fixed))
+
+
+@pytest.mark.parametrize("c", [0.75, 0.8])
+def test_the_verification_is_the_same_with_and_without_the_dequantizelinear_in_the_part(monkeypatch, c):
+    """An exact rewrite (proven on every input set, checked here against the whole fixed model) and
+    a wrong one (c changed: rejected): the same verification either way."""
+    orig, fixed = _qdq_sub(False), _qdq_sub(True, c=c)
+    seen = _spy(monkeypatch)
+    a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    assert [ok for ok, _ in seen] == ([True] * 3 if c == 0.75 else [False])
+    for ok, vals in seen:
+        if ok:
+            whole = _whole(fixed, ["y", "tq"], vals)
+            assert all(verify_mod._same_bits(whole[n], vals[n]) for n in ("y", "tq"))
+    assert a["ok"] is (c == 0.75)
+    with monkeypatch.context() as m:
+        m.setattr(verify_mod, "_dequantized_reads", lambda *args, **kw: [])
+        b = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    assert a == b
+    assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch)
