@@ -482,3 +482,47 @@ def test_the_verification_is_the_same_with_and_without_the_dequantizelinear_in_t
         b = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
     assert a == b
     assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch)
+
+
+def _qdq_subs(rewritten: bool, k: int = 5, wrong: int | None = None):
+    """``k`` regions side by side, each x -> Q -> DQ -> Sub(c_i, .) -> Q -> DQ -> y_i (``rewritten``:
+    the Sub as Add(c_i, Neg(.)), exact unless the region is ``wrong``)."""
+    nodes, inits = [], {"s": np.array(0.05, np.float32), "z": np.array(0, np.int8)}
+    for i in range(k):
+        nodes += [helper.make_node("QuantizeLinear", ["x", "s", "z"], [f"q{i}"], name=f"q{i}"),
+                  helper.make_node("DequantizeLinear", [f"q{i}", "s", "z"], [f"dq{i}"], name=f"dq{i}")]
+        c = np.array(0.25 * i + (0.05 if rewritten and i == wrong else 0.0), np.float32)
+        if rewritten:
+            nodes += [helper.make_node("Neg", [f"dq{i}"], [f"neg{i}"], name=f"sub{i}__nafix_0"),
+                      helper.make_node("Add", [f"c{i}_new", f"neg{i}"], [f"t{i}"], name=f"sub{i}__nafix_1")]
+            inits[f"c{i}_new"] = c
+        else:
+            nodes.append(helper.make_node("Sub", [f"c{i}", f"dq{i}"], [f"t{i}"], name=f"sub{i}"))
+            inits[f"c{i}"] = c
+        nodes += [helper.make_node("QuantizeLinear", [f"t{i}", "s", "z"], [f"tq{i}"], name=f"tq{i}"),
+                  helper.make_node("DequantizeLinear", [f"tq{i}", "s", "z"], [f"y{i}"], name=f"y{i}")]
+    return _model(nodes, inits, outputs=tuple(f"y{i}" for i in range(k)))
+
+
+@pytest.mark.parametrize("wrong", [None, 0, 3])
+def test_the_rewritten_nodes_in_groups_of_regions_give_the_one_sessions_verdict(wrong):
+    orig, fixed = _qdq_subs(False), _qdq_subs(True, wrong=wrong)
+    rp = verify_mod.rewritten_part(orig, fixed, verify_mod.proven_equal(orig, fixed, {}), [f"y{i}" for i in range(5)])
+    assert rp is not None and len(rp.part.model.graph.node) == 20  # per region: DQ, Neg, Add, Q
+    groups = verify_mod._region_groups(rp.part, 10)
+    nodes = rp.part.model.graph.node
+    # whole regions: every tensor (not an initializer) a group reads or computes is its own
+    for g in groups:
+        made = {o for k in g for o in nodes[k].output}
+        reads = {i for k in g for i in nodes[k].input} - {t.name for t in rp.part.model.graph.initializer}
+        assert all(t in made or t in rp.part.inputs for t in reads)
+    assert len(groups) == 3 and sorted(k for g in groups for k in g) == list(range(len(nodes)))
+    s = verify_mod.session(verify_mod._with_outputs(orig, list(rp.part.inputs) + list(rp.checked)))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.random((1, 4, 6, 6), dtype=np.float32) * 2 - 1
+        names = list(rp.part.inputs) + list(rp.checked)
+        vals = dict(zip(names, s.run(names, {"x": x})))
+        grouped, whole = verify_mod._RewrittenRun(rp, group_nodes=10), verify_mod._RewrittenRun(rp, group_nodes=10**9)
+        assert grouped.proven(vals) is whole.proven(vals) is (wrong is None)
+        assert len(grouped.sess) == 3 and len(whole.sess) == 1
