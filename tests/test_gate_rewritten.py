@@ -526,3 +526,39 @@ def test_the_rewritten_nodes_in_groups_of_regions_give_the_one_sessions_verdict(
         grouped, whole = verify_mod._RewrittenRun(rp, group_nodes=10), verify_mod._RewrittenRun(rp, group_nodes=10**9)
         assert grouped.proven(vals) is whole.proven(vals) is (wrong is None)
         assert len(grouped.sess) == 3 and len(whole.sess) == 1
+
+
+@pytest.mark.parametrize("wrong", [None, 2])
+def test_the_verification_is_the_same_with_the_rewritten_nodes_in_groups(monkeypatch, wrong):
+    orig, fixed = _qdq_subs(False), _qdq_subs(True, wrong=wrong)
+    seen = _spy(monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(verify_mod, "REWRITTEN_GROUP_NODES", 5)
+        a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    assert [ok for ok, _ in seen] == ([True] * 3 if wrong is None else [False])
+    assert a["ok"] is (wrong is None)
+    assert a == _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is not available")
+def test_real_model_verification_is_the_same_with_the_rewritten_nodes_in_groups(monkeypatch):
+    """PAN's rewritten nodes (proven on every input set) in sessions of at most 3 nodes of whole
+    regions: the same report as in one session."""
+    path = SHARED / "kazuhito__PAN_mobilenetv3_small_best_model_simplifier.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    sessions = []
+    real = verify_mod._RewrittenRun._sessions
+
+    def spy(self, feed):
+        out = real(self, feed)
+        sessions.append(len(out))
+        return out
+
+    monkeypatch.setattr(verify_mod._RewrittenRun, "_sessions", spy)
+    a = fix(path, FixOptions(dry_run=True))
+    monkeypatch.setattr(verify_mod, "REWRITTEN_GROUP_NODES", 3)
+    b = fix(path, FixOptions(dry_run=True))
+    assert sessions[0] == 1 and sessions[1] > 1
+    assert a.verification.as_dict() == b.verification.as_dict() and b.verification.ok
