@@ -1150,8 +1150,8 @@ def _dequantized_reads(fixed: onnx.ModelProto, diff: Sequence[onnx.NodeProto], i
     """The DequantizeLinear nodes of ``fixed`` whose float activation the rewritten nodes ``diff``
     (ids ``ids``) read, where such a node is the original's node of that tensor (``producer``: the
     original's nodes by output) with a proven scale and zero-point (in ``same``), and reads a tensor
-    that no rewritten node computes and that is not computed from initializers alone (``const``:
-    those are :func:`_with_constant_inputs`'). In the rewritten nodes' part such a node computes the
+    that a node computes in both models, no rewritten node among them, and not from initializers
+    alone (``const``: those are :func:`_with_constant_inputs`'). In the rewritten nodes' part such a node computes the
     original's value of its output again, bit for bit (the same node on the original's int8 values
     and the same parameters; onnxruntime computes a node from its inputs alone): the part then reads
     the int8 tensor, and the original's run fetches that rather than the float one (onnxruntime's
@@ -1166,8 +1166,9 @@ def _dequantized_reads(fixed: onnx.ModelProto, diff: Sequence[onnx.NodeProto], i
             if (d is None or id(d) in ids or id(d) in taken or d.op_type != "DequantizeLinear"
                     or d.domain not in ("", "ai.onnx") or not d.input or not _same_node(producer.get(i), d)):
                 continue
-            x = d.input[0]
-            if not x or x in made_by_diff or x in const or any(j and j not in same for j in d.input[1:]):
+            x = d.input[0]  # computed by a node in both models (a graph input stays the part's float input)
+            if (not x or x not in f_producer or x not in producer or x in made_by_diff or x in const
+                    or any(j and j not in same for j in d.input[1:])):
                 continue
             taken.add(id(d))
             out.append(d)

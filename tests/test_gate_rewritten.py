@@ -562,3 +562,21 @@ def test_real_model_verification_is_the_same_with_the_rewritten_nodes_in_groups(
     b = fix(path, FixOptions(dry_run=True))
     assert sessions[0] == 1 and sessions[1] > 1
     assert a.verification.as_dict() == b.verification.as_dict() and b.verification.ok
+
+
+def test_a_dequantizelinear_of_a_graph_input_is_not_computed_again():
+    # x -> DQ -> Sub: the DequantizeLinear reads the graph input itself; the part keeps its float input
+    def model(rewritten):
+        g = _qdq_sub(rewritten)
+        nodes = [n for n in g.graph.node if n.name != "q1"]
+        for n in nodes:
+            if n.name == "dq1":
+                n.input[0] = "xq"
+        m = helper.make_model(helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info("xq", TensorProto.INT8, [1, 4, 6, 6])],
+            list(g.graph.output), list(g.graph.initializer)), opset_imports=g.opset_import)
+        return m
+    orig, fixed = model(False), model(True)
+    rp = verify_mod.rewritten_part(orig, fixed, verify_mod.proven_equal(orig, fixed, {}), ["y"])
+    assert rp is not None and rp.part.inputs == ("dq1",)
+    assert [n.name for n in rp.part.model.graph.node] == ["sub__nafix_0", "sub__nafix_1", "q2"]
