@@ -416,3 +416,167 @@ def test_the_regions_join_the_fixed_models_session_only_once_an_input_set_is_not
         assert a["rewritten_nodes"][0]["bit_exact_fraction"] == pytest.approx(2 / 3)
     assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch, contract=lsb, inputs=feeds,
                         boundaries=b)
+
+
+# ------------------------------------------------------------------------------------------------
+# the rewritten nodes' part computes the DequantizeLinear they read through (verify._dequantized_reads)
+# ------------------------------------------------------------------------------------------------
+
+
+def _qdq_sub(rewritten: bool, c: float = 0.75, scale_name: str = "s"):
+    """x -> Q -> DQ -> Sub(c, .) -> Q -> DQ -> y; ``rewritten``: the Sub as Add(c, Neg(.)), which is
+    c - x bit for bit (or not, with another ``c`` in the fixed model)."""
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q1"], name="q1"),
+             helper.make_node("DequantizeLinear", ["q1", scale_name, "z"], ["dq1"], name="dq1")]
+    if rewritten:
+        nodes += [helper.make_node("Neg", ["dq1"], ["neg"], name="sub__nafix_0"),
+                  helper.make_node("Add", ["c2", "neg"], ["t"], name="sub__nafix_1")]
+    else:
+        nodes += [helper.make_node("Sub", ["c", "dq1"], ["t"], name="sub")]
+    nodes += [helper.make_node("QuantizeLinear", ["t", "s", "z"], ["tq"], name="q2"),
+              helper.make_node("DequantizeLinear", ["tq", "s", "z"], ["y"], name="dq2")]
+    inits = {"s": np.array(0.05, np.float32), "z": np.array(0, np.int8)}
+    inits["c2" if rewritten else "c"] = np.array(c, np.float32)
+    if scale_name != "s":
+        inits[scale_name] = np.array(0.05, np.float32)
+    return _model(nodes, inits)
+
+
+def test_the_rewritten_nodes_part_reads_the_int8_tensor_behind_a_dequantizelinear():
+    orig, fixed = _qdq_sub(False), _qdq_sub(True)
+    proof = verify_mod.proven_equal(orig, fixed, {})
+    rp = verify_mod.rewritten_part(orig, fixed, proof, ["y"])
+    assert rp is not None and rp.checked == ("tq",)
+    assert [n.name for n in rp.part.model.graph.node] == ["dq1", "sub__nafix_0", "sub__nafix_1", "q2"]
+    assert rp.part.inputs == ("q1",)  # not the float 'dq1' the rewritten nodes read
+
+
+def test_a_dequantizelinear_not_proven_the_originals_is_not_computed_again():
+    # the fixed model's DequantizeLinear reads a scale of another name: not the original's node
+    orig, fixed = _qdq_sub(False), _qdq_sub(True, scale_name="s_other")
+    proof = verify_mod.proven_equal(orig, fixed, {})
+    dq = next(n for n in fixed.graph.node if n.name == "dq1")
+    diff = [n for n in fixed.graph.node if n.name.startswith("sub__")]
+    assert verify_mod._dequantized_reads(fixed, diff, {id(n) for n in diff}, {o: n for n in orig.graph.node for o in n.output},
+                                         proof[0], verify_mod._computed_from_initializers(fixed)) == []
+    assert dq not in verify_mod._dequantized_reads(fixed, diff, {id(n) for n in diff},
+                                                   {o: n for n in fixed.graph.node for o in n.output}, set(),
+                                                   verify_mod._computed_from_initializers(fixed))
+
+
+@pytest.mark.parametrize("c", [0.75, 0.8])
+def test_the_verification_is_the_same_with_and_without_the_dequantizelinear_in_the_part(monkeypatch, c):
+    """An exact rewrite (proven on every input set, checked here against the whole fixed model) and
+    a wrong one (c changed: rejected): the same verification either way."""
+    orig, fixed = _qdq_sub(False), _qdq_sub(True, c=c)
+    seen = _spy(monkeypatch)
+    a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    assert [ok for ok, _ in seen] == ([True] * 3 if c == 0.75 else [False])
+    for ok, vals in seen:
+        if ok:
+            whole = _whole(fixed, ["y", "tq"], vals)
+            assert all(verify_mod._same_bits(whole[n], vals[n]) for n in ("y", "tq"))
+    assert a["ok"] is (c == 0.75)
+    with monkeypatch.context() as m:
+        m.setattr(verify_mod, "_dequantized_reads", lambda *args, **kw: [])
+        b = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    assert a == b
+    assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch)
+
+
+def _qdq_subs(rewritten: bool, k: int = 5, wrong: int | None = None):
+    """``k`` regions side by side, each x -> Q -> DQ -> Sub(c_i, .) -> Q -> DQ -> y_i (``rewritten``:
+    the Sub as Add(c_i, Neg(.)), exact unless the region is ``wrong``)."""
+    nodes, inits = [], {"s": np.array(0.05, np.float32), "z": np.array(0, np.int8)}
+    for i in range(k):
+        nodes += [helper.make_node("QuantizeLinear", ["x", "s", "z"], [f"q{i}"], name=f"q{i}"),
+                  helper.make_node("DequantizeLinear", [f"q{i}", "s", "z"], [f"dq{i}"], name=f"dq{i}")]
+        c = np.array(0.25 * i + (0.05 if rewritten and i == wrong else 0.0), np.float32)
+        if rewritten:
+            nodes += [helper.make_node("Neg", [f"dq{i}"], [f"neg{i}"], name=f"sub{i}__nafix_0"),
+                      helper.make_node("Add", [f"c{i}_new", f"neg{i}"], [f"t{i}"], name=f"sub{i}__nafix_1")]
+            inits[f"c{i}_new"] = c
+        else:
+            nodes.append(helper.make_node("Sub", [f"c{i}", f"dq{i}"], [f"t{i}"], name=f"sub{i}"))
+            inits[f"c{i}"] = c
+        nodes += [helper.make_node("QuantizeLinear", [f"t{i}", "s", "z"], [f"tq{i}"], name=f"tq{i}"),
+                  helper.make_node("DequantizeLinear", [f"tq{i}", "s", "z"], [f"y{i}"], name=f"y{i}")]
+    return _model(nodes, inits, outputs=tuple(f"y{i}" for i in range(k)))
+
+
+@pytest.mark.parametrize("wrong", [None, 0, 3])
+def test_the_rewritten_nodes_in_groups_of_regions_give_the_one_sessions_verdict(wrong):
+    orig, fixed = _qdq_subs(False), _qdq_subs(True, wrong=wrong)
+    rp = verify_mod.rewritten_part(orig, fixed, verify_mod.proven_equal(orig, fixed, {}), [f"y{i}" for i in range(5)])
+    assert rp is not None and len(rp.part.model.graph.node) == 20  # per region: DQ, Neg, Add, Q
+    groups = verify_mod._region_groups(rp.part, 10)
+    nodes = rp.part.model.graph.node
+    # whole regions: every tensor (not an initializer) a group reads or computes is its own
+    for g in groups:
+        made = {o for k in g for o in nodes[k].output}
+        reads = {i for k in g for i in nodes[k].input} - {t.name for t in rp.part.model.graph.initializer}
+        assert all(t in made or t in rp.part.inputs for t in reads)
+    assert len(groups) == 3 and sorted(k for g in groups for k in g) == list(range(len(nodes)))
+    s = verify_mod.session(verify_mod._with_outputs(orig, list(rp.part.inputs) + list(rp.checked)))
+    rng = np.random.default_rng(0)
+    for _ in range(3):
+        x = rng.random((1, 4, 6, 6), dtype=np.float32) * 2 - 1
+        names = list(rp.part.inputs) + list(rp.checked)
+        vals = dict(zip(names, s.run(names, {"x": x})))
+        grouped, whole = verify_mod._RewrittenRun(rp, group_nodes=10), verify_mod._RewrittenRun(rp, group_nodes=10**9)
+        assert grouped.proven(vals) is whole.proven(vals) is (wrong is None)
+        assert len(grouped.sess) == 3 and len(whole.sess) == 1
+
+
+@pytest.mark.parametrize("wrong", [None, 2])
+def test_the_verification_is_the_same_with_the_rewritten_nodes_in_groups(monkeypatch, wrong):
+    orig, fixed = _qdq_subs(False), _qdq_subs(True, wrong=wrong)
+    seen = _spy(monkeypatch)
+    with monkeypatch.context() as m:
+        m.setattr(verify_mod, "REWRITTEN_GROUP_NODES", 5)
+        a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    assert [ok for ok, _ in seen] == ([True] * 3 if wrong is None else [False])
+    assert a["ok"] is (wrong is None)
+    assert a == _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch)
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is not available")
+def test_real_model_verification_is_the_same_with_the_rewritten_nodes_in_groups(monkeypatch):
+    """PAN's rewritten nodes (proven on every input set) in sessions of at most 3 nodes of whole
+    regions: the same report as in one session."""
+    path = SHARED / "kazuhito__PAN_mobilenetv3_small_best_model_simplifier.onnx"
+    if not path.exists():
+        pytest.skip(f"{path} is not available")
+    sessions = []
+    real = verify_mod._RewrittenRun._sessions
+
+    def spy(self, feed):
+        out = real(self, feed)
+        sessions.append(len(out))
+        return out
+
+    monkeypatch.setattr(verify_mod._RewrittenRun, "_sessions", spy)
+    a = fix(path, FixOptions(dry_run=True))
+    monkeypatch.setattr(verify_mod, "REWRITTEN_GROUP_NODES", 3)
+    b = fix(path, FixOptions(dry_run=True))
+    assert sessions[0] == 1 and sessions[1] > 1
+    assert a.verification.as_dict() == b.verification.as_dict() and b.verification.ok
+
+
+def test_a_dequantizelinear_of_a_graph_input_is_not_computed_again():
+    # x -> DQ -> Sub: the DequantizeLinear reads the graph input itself; the part keeps its float input
+    def model(rewritten):
+        g = _qdq_sub(rewritten)
+        nodes = [n for n in g.graph.node if n.name != "q1"]
+        for n in nodes:
+            if n.name == "dq1":
+                n.input[0] = "xq"
+        m = helper.make_model(helper.make_graph(
+            nodes, "g", [helper.make_tensor_value_info("xq", TensorProto.INT8, [1, 4, 6, 6])],
+            list(g.graph.output), list(g.graph.initializer)), opset_imports=g.opset_import)
+        return m
+    orig, fixed = model(False), model(True)
+    rp = verify_mod.rewritten_part(orig, fixed, verify_mod.proven_equal(orig, fixed, {}), ["y"])
+    assert rp is not None and rp.part.inputs == ("dq1",)
+    assert [n.name for n in rp.part.model.graph.node] == ["sub__nafix_0", "sub__nafix_1", "q2"]
