@@ -188,3 +188,21 @@ def test_a_failing_gate_is_the_error_even_when_quantization_fails(tmp_path, monk
     with pytest.raises(InputError, match="could not quantize"):
         fix(src, FixOptions(quantize=True, output=tmp_path / "c.onnx"))
     assert not any((tmp_path / f"{t}.onnx").exists() for t in "bc")
+
+
+def test_float_run_of_names_the_float_model_cannot_give_runs_nothing():
+    fm = _conv_sub_model()
+    calib = Q.CalibrationOptions(seed=4, random_samples=4)
+    res = Q.quantize_float_model(fm, calib=calib)
+    feeds = Q.open_calibration(fm, calib).take(3)
+    want = _probe_runs(fm, res.model, feeds, 100, outputs=["y"], debug=2)
+    runner = _ProbeRunner(fm, res.model, feeds, 100, outputs=["y"], debug=2, lazy_float=True)
+    # no tensor 'nope': onnxruntime refuses the session with it; the report's own session is made
+    assert runner.float_run(dict(feeds[0]), ["y", "nope"]) is None and runner.next == 0
+    assert runner.f_probe is not None and "nope" not in runner.f_probe.outputs
+    assert runner.float_run(dict(feeds[0]), ["y", "nope"]) is None and runner.next == 0
+    assert runner.float_run(dict(feeds[0]), ["y", "h"]) is not None and runner.next == 1  # the report's tensors
+    while runner.pending():
+        runner.step()
+    have = runner.result()
+    assert have.rows == want.rows and have.rows

@@ -350,7 +350,7 @@ class _ProbeRunner:
         self.ok = False  # False: nothing to run, or a failure (the result is then empty)
         self.pairs: list[tuple[str, str, str]] = []
         self.f_probe = self.q_probe = None
-        self._float_model = None  # kept until the float session is created (lazy_float)
+        self._float_model = None  # the float model's copy until its session is created (lazy_float)
         from onnxruntime.quantization.qdq_loss_debug import create_activation_matching
 
         try:
@@ -380,7 +380,7 @@ class _ProbeRunner:
                 q_types = {**q_types, **{d.src: d.elem for d in self.dqs.values()}}
                 self.f_types = f_types
                 if lazy_float:
-                    self._float_model = float_model
+                    self._float_model = f_model  # the probe's copy, made the probe's model later
                 else:
                     self.f_probe = _Probe(f_model, self.f_req, f_types)
                 self.q_probe = _Probe(q_model, self.q_fetch, q_types)
@@ -397,9 +397,13 @@ class _ProbeRunner:
         self.sums, self.q_got, self.f_got = {}, {}, {}
 
     def _make_float(self, extra: Sequence[str] = ()) -> None:
-        f_model = _copy(self._float_model)
-        _clamp_ir(f_model)
-        self.f_probe = _Probe(f_model, [*self.f_req, *extra], self.f_types)
+        f_model = self._float_model  # made the probe's model in place: as it was, should that fail
+        n = len(f_model.graph.output)
+        try:
+            self.f_probe = _Probe(f_model, [*self.f_req, *extra], self.f_types)
+        except Exception:
+            del f_model.graph.output[n:]
+            raise
         self._float_model = None
 
     def pending(self) -> bool:
