@@ -70,6 +70,19 @@ def np_dtype(code: int):
     return code if d is None else d
 
 
+def _itemsizes() -> dict[int, tuple[object, int]]:
+    out = {}
+    for code in onnx.TensorProto.DataType.values():
+        try:
+            out[code] = (np_dtype(code), np.dtype(np_dtype(code)).itemsize)
+        except TypeError:
+            continue  # no numpy dtype: Constant.nbytes decodes the values
+    return out
+
+
+#: ONNX element type -> (its dtype, element size in bytes), for the types numpy has a dtype for
+_ITEMSIZE_OF = _itemsizes()
+
 _TO_ONNX: dict[object, int] = {}
 
 
@@ -209,6 +222,7 @@ class _Links(list):
 
 _ref = weakref.ref
 _lnew = list.__new__
+_lappend = list.append
 
 
 def _new_links(owner, peer: str) -> _Links:
@@ -441,6 +455,20 @@ class Constant(_ConstantRaw):
             return int(self.values.nbytes)
         return self.size * item
 
+    def stored(self) -> tuple[object, int, int]:
+        """(dtype, element count, bytes of the decoded values) in one step: read from the stored
+        TensorProto while the values are not decoded (what :attr:`dtype`, :attr:`size` and
+        :attr:`nbytes` give, without decoding them)."""
+        if self._values is None and not self._sparse and self._src is not None:
+            p = self._src.get(self._pi)
+            known = _ITEMSIZE_OF.get(p.data_type)
+            if known is not None:
+                n = 1
+                for d in p.dims:
+                    n *= int(d)
+                return known[0], n, n * known[1]
+        return self.dtype, self.size, self.nbytes
+
     @property
     def export_dtype(self):
         return self.dtype
@@ -459,9 +487,10 @@ class Constant(_ConstantRaw):
         return self.__str__()
 
 
-def _constant_from_proto(proto, src: _Source, sparse: bool = False) -> Constant:
+def _constant_from_proto(proto, src: _Source, sparse: bool = False, name: str | None = None) -> Constant:
+    """A Constant of ``proto`` (``name``: its name, when the caller has read it already)."""
     c = _ConstantRaw()
-    c.name = proto.values.name if sparse else proto.name
+    c.name = name if name is not None else proto.values.name if sparse else proto.name
     wr = _ref(c)
     ins = _lnew(_Links)
     ins._owner = wr
@@ -866,16 +895,19 @@ class _Importer:
         src = self.src
         local: dict[str, Tensor] = {}
         for init in gp.initializer:
-            if init.name not in local:
-                local[init.name] = _constant_from_proto(init, src)
+            name = init.name
+            if name not in local:
+                local[name] = _constant_from_proto(init, src, name=name)
+        inits = set(local)  # (the names of the initializers)
         for sp in gp.sparse_initializer:
-            if sp.values.name not in local:
-                local[sp.values.name] = _constant_from_proto(sp, src, sparse=True)
+            name = sp.values.name
+            inits.add(name)
+            if name not in local:
+                local[name] = _constant_from_proto(sp, src, sparse=True)
         if self.types:
+            value_info = self._value_info
             for vi in gp.value_info:
-                self._value_info(vi, local, outer, update=True)
-        inits = {t.name for t in gp.initializer}
-        inits.update(t.values.name for t in gp.sparse_initializer)
+                value_info(vi, local, outer, update=True)
         inputs = [self._value_info(vi, local, (), update=False) for vi in gp.input if vi.name not in inits]
         outputs = [self._value_info(vi, local, (), update=False) for vi in gp.output]
         nodes = []
@@ -914,19 +946,40 @@ class _Importer:
                 t = scope.get(name)
                 if t is not None:
                     return t
-        t = _variable(name)
+        # _variable(name) with the type read from the proto, its fields stored before its class is
+        # set (plain stores: this runs for every typed tensor of the graph)
+        v = _VariableRaw()
+        v.name = name
+        wr = _ref(v)
+        ins = _lnew(_Links)
+        ins._owner = wr
+        ins._peer = "outputs"
+        v.inputs = ins
+        outs = _lnew(_Links)
+        outs._owner = wr
+        outs._peer = "inputs"
+        v.outputs = outs
         key = vi.type.SerializeToString()
         if key:
-            dtype, shape, kind = self._type_of(vi, key)
-            s = _tensor_set
-            s(t, "dtype", dtype)
-            s(t, "shape", shape)
-            s(t, "type", kind)
-        s = _tensor_set
-        s(t, "_src", self.src)
-        s(t, "_pi", self.src.add(vi))
-        local[name] = t
-        return t
+            known = self._decoded.get(key)
+            if known is None:
+                known = self._decoded[key] = _vi_type(vi)
+            dtype, shape, kind = known
+            v.dtype = dtype
+            v.shape = shape[:] if shape is not None else None
+            v.type = kind
+        else:
+            v.dtype = None
+            v.shape = None
+            v.type = "tensor_type"
+        src = self.src
+        v._src = src
+        protos = src.protos
+        v._pi = len(protos)
+        protos.append(vi)
+        v.__class__ = Variable
+        local[name] = v
+        return v
 
     def node(self, npr: onnx.NodeProto, local: dict, outer: list[dict], scope: list[dict]) -> Node:
         n = _NodeRaw()
@@ -938,6 +991,7 @@ class _Importer:
         outs._owner = wr
         outs._peer = "inputs"
         get = local.get
+        append = _lappend
         for name in npr.input:
             t = get(name)
             if t is None:
@@ -949,18 +1003,18 @@ class _Importer:
                     t = _variable(name)
                     if name:
                         local[name] = t
-            list.append(ins, t)
-            list.append(t.outputs, n)
+            append(ins, t)
+            append(t.outputs, n)
         for name in npr.output:
             t = get(name) if name else None
             if t is None:
                 t = _variable(name)
                 if name:
                     local[name] = t
-            list.append(outs, t)
-            list.append(t.inputs, n)
+            append(outs, t)
+            append(t.inputs, n)
         attrs = {}
-        if len(npr.attribute):
+        if npr.attribute:
             for a in npr.attribute:
                 t = a.type
                 if t == _A_INT and not a.ref_attr_name:
@@ -979,7 +1033,7 @@ class _Importer:
         n._src = src
         protos = src.protos
         n._pi = len(protos)
-        protos.append(npr)
+        append(protos, npr)
         n.__class__ = Node
         return n
 

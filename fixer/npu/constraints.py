@@ -145,6 +145,8 @@ def quantized_activations(node, ctx):
 def int8_activations(node, ctx):
     """Activations must be signed int8: stedgeai rejects uint8 activations ('quantized unsigned
     integer format is not supported'); re-quantize them to int8 (zero-point - 128, same scale)."""
+    if not getattr(ctx.domain, "has_uint8", True):
+        return OK  # no uint8 source or sink in the model
     bad = [t.name for t in ctx.domain.activations(node) if ctx.domain.uint8_source(t)]
     bad += [t.name for t in node.outputs if t.name and ctx.domain.uint8_sink(t)]
     if bad:

@@ -491,9 +491,17 @@ def _weight_bytes(view: GraphView, node) -> int:
     if len(node.inputs) <= idx:
         return 0
     w = node.inputs[idx]
-    if w.shape is None or not all(isinstance(d, int) for d in w.shape):
+    shape = w.shape
+    if shape is None:
         return 0
-    return int(np.prod(w.shape)) if w.shape else 1
+    n = 1
+    for d in shape:
+        if not isinstance(d, int):
+            return 0
+        n *= d
+    if not -2**63 <= n < 2**63:  # np.prod in int64 wraps around there: keep its figure
+        n = int(np.prod(shape))
+    return n
 
 
 _ABSORBS_PADDING = frozenset({"Conv", "QLinearConv", "MaxPool", "AveragePool", "ConvTranspose"})

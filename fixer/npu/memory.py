@@ -51,10 +51,12 @@ class MemoryEstimate:
 
 def _nbytes(t: ir.Tensor, int8_domain: bool) -> int | None:
     shape = t.shape
-    if shape is None or any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+    if shape is None:
         return None
     n = 1
-    for d in shape:
+    for d in shape:  # (one loop: a known shape of non-negative integers, and its element count)
+        if not isinstance(d, _INTS) or d < 0:
+            return None
         n *= int(d)
     if n >= 2**63:  # np.prod in int64 wraps around there: keep its figure
         n = int(np.prod(shape, dtype=np.int64))
@@ -66,6 +68,7 @@ def _nbytes(t: ir.Tensor, int8_domain: bool) -> int | None:
         return n * 4
 
 
+_INTS = (int, np.integer)
 #: element type -> its size in bytes; read for every activation tensor
 _ITEMSIZE: dict = {}
 
@@ -90,15 +93,14 @@ def weights_bytes(view: GraphView) -> int:
     Constant = ir.Constant
     for node in view.nodes:
         qdq = node.op in QDQ_OPS
-        for i, t in enumerate(node.inputs):
+        for t in (node.inputs[:1] if qdq else node.inputs):  # (a Q/DQ's scale and zero-point: not counted)
             if not isinstance(t, Constant) or t.name in seen:
                 continue
-            if qdq and i > 0:
-                continue
-            if t.dtype == np.int64 or t.size <= 1 and not qdq:
+            dtype, size, nbytes = t.stored()  # from the stored shape and type: the weights are not decoded
+            if dtype == np.int64 or size <= 1 and not qdq:
                 continue
             seen.add(t.name)
-            total += t.nbytes  # from the stored shape and type: the weights are not decoded
+            total += nbytes
     return total
 
 
@@ -132,21 +134,25 @@ def estimate_memory(view: GraphView, placement: Placement, domain: QuantDomain, 
         size[t.name] = b or 0
         start[t.name] = 0
         end[t.name] = 0
+    activations = domain.activations
     for step, node in enumerate(view.nodes, start=1):
-        acts = domain.activations(node)
+        acts = activations(node)
         for t in acts:
-            r = root(t.name)
+            r = t.name
+            while r in alias:  # (root(), inline)
+                r = alias[r]
             if r in start:
-                end[r] = max(end.get(r, 0), step)
+                end[r] = step  # (every end recorded so far is at an earlier step)
         p = by_name.get(node.name)
-        aliasing = p is not None and p.unit == FOLDED and (node.op in MOVEMENT_OPS or node.op in QDQ_OPS) and acts
+        folded = p is not None and p.unit == FOLDED
+        aliasing = folded and (node.op in MOVEMENT_OPS or node.op in QDQ_OPS) and acts
         for o in node.outputs:
             if not o.name:
                 continue
             if aliasing:
                 alias[o.name] = root(acts[0].name)
                 continue
-            if p is not None and p.unit == FOLDED:
+            if folded:
                 continue  # compile-time constant
             b = _nbytes(o, int8_domain(o))
             if b is None:

@@ -41,6 +41,20 @@ ACTIVATIONS = frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "Sigmoid", "Tanh"
 _INT_KINDS = ("i", "u")
 #: element type -> whether it is an 8-bit integer (QuantDomain._is_int, read for every tensor)
 _INT8_DTYPES: dict = {}
+#: element type -> whether it is uint8 (``np.dtype(d) == np.uint8``, remembered)
+_UINT8_DTYPES: dict = {}
+
+
+def _is_uint8(d) -> bool:
+    """``np.dtype(d) == np.uint8`` (raising as np.dtype does), remembered per element type."""
+    try:
+        return _UINT8_DTYPES[d]
+    except (KeyError, TypeError):
+        pass
+    u8 = np.dtype(d) == np.uint8
+    with contextlib.suppress(TypeError):
+        _UINT8_DTYPES[d] = u8
+    return u8
 DEFAULT_DOMAINS = ("", "ai.onnx")
 CONTRIB_OK = frozenset({"QLinearAdd", "QLinearMul"})
 
@@ -148,41 +162,77 @@ class QuantDomain:
     def _compute(self) -> None:
         view = self.view
         nodes = view.nodes
+        sourced = self._sourced
+        u8_src = self._u8_src
+        is_int = self._is_int
         for t in view.graph.inputs:
-            self._sourced[t.name] = self._is_int(t)
-            self._u8_src[t.name] = False
+            sourced[t.name] = is_int(t)
+            u8_src[t.name] = False
         known_acts = self._acts
+        folded = view.folded
+        passing = self._pass
+        hw_ops = self._hw_ops
+        strict = self.strict
+        output_names = view.output_names
+        Constant = ir.Constant
+        get = sourced.get
         for node in nodes:
-            acts = known_acts[node.name] = view.activations(node)
+            # view.activations(node), inline (this runs for every node)
+            acts = [t for t in node.inputs
+                    if t.name and not (isinstance(t, Constant) or (t.inputs and t.inputs[0].name in folded))]
+            known_acts[node.name] = acts
+            op = node.op
+            is_dq = op == "DequantizeLinear"
             for out in node.outputs:
-                if self._is_int(out):
-                    self._sourced[out.name] = True
-                elif node.op == "DequantizeLinear":
-                    self._sourced[out.name] = True
-                elif node.name in view.folded:
-                    self._sourced[out.name] = True
-                elif node.op in self._pass and node.op != "QuantizeLinear":
-                    self._sourced[out.name] = bool(acts) and all(self._sourced.get(t.name, False) for t in acts)
-                elif (self.strict and node.op in self._hw_ops and acts
-                      and all(self._sourced.get(t.name, False) for t in acts)
+                if is_int(out) or is_dq or node.name in folded:
+                    sourced[out.name] = True
+                elif op in passing and op != "QuantizeLinear":
+                    ok = bool(acts)
+                    for t in acts:
+                        if not get(t.name, False):
+                            ok = False
+                            break
+                    sourced[out.name] = ok
+                elif (strict and op in hw_ops and acts
+                      and all(get(t.name, False) for t in acts)
                       and out.outputs and all(self._epilogue(c, out) for c in out.outputs)
-                      and not view.is_graph_output(out)):
-                    self._sourced[out.name] = True  # a fused accumulator: Conv -> bias Add -> Relu -> Q
+                      and out.name not in output_names):
+                    sourced[out.name] = True  # a fused accumulator: Conv -> bias Add -> Relu -> Q
                 else:
-                    self._sourced[out.name] = False
+                    sourced[out.name] = False
                 # uint8 activations: a DequantizeLinear of a uint8 tensor that is not a weight
-                if node.op == "DequantizeLinear":
+                if is_dq:
                     x = node.inputs[0]
-                    u8 = x.dtype is not None and np.dtype(x.dtype) == np.uint8 and not view.is_const(x)
+                    u8 = x.dtype is not None and _is_uint8(x.dtype) and not view.is_const(x)
                     u8 = u8 and not view.is_graph_input(x)
-                    self._u8_src[out.name] = u8
-                elif node.op in MOVEMENT_OPS:
-                    self._u8_src[out.name] = any(self._u8_src.get(t.name, False) for t in acts)
+                    u8_src[out.name] = u8
+                elif op in MOVEMENT_OPS:
+                    u8_src[out.name] = any(u8_src.get(t.name, False) for t in acts)
                 else:
-                    self._u8_src[out.name] = False
+                    u8_src[out.name] = False
+        sunk = self._sunk
+        sunk_of = self._sunk_of
         for node in reversed(nodes):
             for out in node.outputs:
-                self._sunk[out.name] = self._sunk_of(out)
+                sunk[out.name] = sunk_of(out)
+        self._u8_quantize = self._any_uint8_quantize()
+        self._has_uint8 = self._u8_quantize or any(u8_src.values())
+
+    def _any_uint8_quantize(self) -> bool:
+        """Whether some QuantizeLinear could be one :meth:`_uint8_sink` looks for (a uint8 zero-point):
+        with none among the graph's nodes, and no subgraph whose nodes read the graph's tensors, no
+        tensor is a uint8 sink. True when in doubt (a subgraph, an element type numpy has no dtype for)."""
+        if getattr(self.view, "nested_owner", True):
+            return True
+        for n in self.view.nodes:
+            if n.op == "QuantizeLinear" and len(n.inputs) > 2:
+                d = n.inputs[2].dtype
+                try:
+                    if d is not None and _is_uint8(d):
+                        return True
+                except TypeError:
+                    return True
+        return False
 
     def _sunk_of(self, t: ir.Tensor) -> bool:
         if self._is_int(t):
@@ -227,6 +277,11 @@ class QuantDomain:
     def sourced_any(self, node: ir.Node) -> bool:
         return any(self.sourced(t) for t in self.activations(node))
 
+    @property
+    def has_uint8(self) -> bool:
+        """Whether some tensor could be a :meth:`uint8_source` or a :meth:`uint8_sink` (False: none is)."""
+        return self._has_uint8
+
     def uint8_source(self, t: ir.Tensor) -> bool:
         return self._u8_src.get(t.name, False)
 
@@ -239,6 +294,8 @@ class QuantDomain:
         return known
 
     def _uint8_sink(self, t: ir.Tensor) -> bool:
+        if not self._u8_quantize:
+            return False
         for c, _ in self.view.sinks(t):
             if c is not None and c.op == "QuantizeLinear" and len(c.inputs) > 2:
                 zp = c.inputs[2]
@@ -268,6 +325,9 @@ class PlacementContext:
     oe_export: bool
     values: dict
     source_format: str = "onnx"
+    #: (op constraints, constraints off) -> the Constraint objects _place_node checks, in order
+    #: (made once per place(): the registry is read when placement starts)
+    checks: dict = field(default_factory=dict)
 
 
 def is_oe_export(model: onnx.ModelProto) -> bool:
@@ -286,7 +346,7 @@ def place(view: GraphView, profile: TargetProfile, *, domain: QuantDomain | None
     result: dict[str, NodePlacement] = {}
     model_findings: list[Reason] = []
 
-    layout = _import_layout_nodes(view.model)
+    layout = _import_layout_nodes(view.model, view.nodes)
     const_derived = _const_derived(view)
     for node in view.nodes:
         if node.name in const_derived:
@@ -367,10 +427,11 @@ def _place_node(node: ir.Node, ctx: PlacementContext) -> NodePlacement:
     failing: list[Reason] = []
     notes: list[Reason] = []
     off = profile.core.constraints_off if profile.core is not None else frozenset()
-    for cid in GENERIC + rule.constraints + HAZARDS:
-        if cid in off:
-            continue
-        c = REGISTRY[cid]
+    checks = ctx.checks.get((rule.constraints, off))
+    if checks is None:
+        checks = ctx.checks[(rule.constraints, off)] = tuple(
+            (cid, REGISTRY[cid]) for cid in GENERIC + rule.constraints + HAZARDS if cid not in off)
+    for cid, c in checks:
         v = c.func(node, ctx)
         if v.ok:
             continue
@@ -489,12 +550,25 @@ def _const_derived(view: GraphView) -> frozenset[str]:
     return frozenset(out)
 
 
-def _import_layout_nodes(model: onnx.ModelProto) -> frozenset[str]:
-    """Names of the layout Transposes an importer inserted (``nafix.tflite.layout`` on the node)."""
+def _import_layout_nodes(model: onnx.ModelProto, nodes: list | None = None) -> frozenset[str]:
+    """Names of the layout Transposes an importer inserted (``nafix.tflite.layout`` on the node).
+    ``nodes``: the model's top-level nodes as imported (:mod:`fixer.ir`, one per NodeProto), whose
+    protos are read for the Transposes only instead of walking every NodeProto."""
+    protos = None
+    if nodes is not None and len(nodes) == len(model.graph.node):
+        protos = []
+        for n in nodes:
+            if n.op == "Transpose":
+                p = n._src.get(n._pi) if n._src is not None else None
+                if p is None or p.op_type != "Transpose":
+                    protos = None  # not as imported: read the model
+                    break
+                protos.append(p)
+    if protos is None:
+        protos = [n for n in model.graph.node if n.op_type == "Transpose"]
     out = set()
-    for n in model.graph.node:
-        if n.op_type == "Transpose" and ("nafix.tflite.layout" in n.doc_string
-                                         or any(p.key == "nafix.tflite.layout" for p in n.metadata_props)):
+    for n in protos:
+        if "nafix.tflite.layout" in n.doc_string or any(p.key == "nafix.tflite.layout" for p in n.metadata_props):
             out.add(n.name)
     return frozenset(out)
 
