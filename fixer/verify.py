@@ -504,10 +504,10 @@ def verify(
     rewritten nodes do not prove), and where they prove every input set, so do the isolated regions,
     which do not run apart either.
 
-    ``original_run(feed, names)``: the original model's values of ``names`` on ``feed``, computed
-    elsewhere by onnxruntime under the gate's session options (the same kernels: the same bits), or
-    None, and the gate's own session runs it (e.g. the accuracy report of --quantize, which runs the
-    original on the same seeded inputs)."""
+    ``original_run(feed, names)``: the original model's values of ``names`` on ``feed`` (a list in
+    that order) from a run made elsewhere, by onnxruntime without graph optimizations (the same
+    kernels on the same inputs: the same bits), or None, and the gate's own session runs it (the
+    accuracy report of --quantize runs the original on the gate's seeded inputs)."""
     src = "npz" if inputs is not None else "random"
     orig_names = {o.name for o in original.graph.output}
     both = _tensor_names(original) & _tensor_names(fixed)
