@@ -224,25 +224,37 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
                          extend=opts.extend_select)
         extra = [r for r in load_rules(opts.rules_dirs) if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore
                  and r not in rules]
-        pre_engine, float_model = _prep_rewrites(model, rules + extra, opts, profile, info, name, on_round)
+        pre_engine, float_model, gate = _prep_engine(model, rules + extra, opts, profile, info, name, on_round)
         n_feeds = min(8, calib.max_samples)
         # The accuracy report compares the quantized model with ``model`` on the first calibration
         # samples. onnxruntime's calibration runs the float model on them anyway: its outputs there
         # are the report's reference when the model it calibrates computes bit for bit what
         # ``model`` does (no float rewrite, or only rewrites held to the bit-exact contract).
-        exact = float_model is model or info.get("float_rewrites", {}).get("verification", {}).get("contract") == "exact"
-        q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile, progress=on_calibration,
-                                 keep_reference=n_feeds if exact else 0)
-        quantized = q.model
-        info.update(q.as_dict())
-        warnings.extend(q.warnings)
-        if q.reference:
-            feeds, reference = [f for f, _ in q.reference], [r for _, r in q.reference]
-        else:
-            feeds, reference = open_calibration(float_model, calib, model_name=name).take(n_feeds), None
-        q.reference = []
-        acc = accuracy_report(model, quantized, feeds, calibration=q.calibration, reference=reference)
-        del feeds, reference
+        exact = float_model is model or gate.contract.contract == "exact"
+        # The rewrites' gate runs ``model`` on seeded random inputs, which are the first random
+        # calibration samples when the seeds agree (the defaults): it runs within the accuracy report,
+        # which runs ``model`` on those very inputs, and takes its values from those runs. Its verdict
+        # still comes before anything else: before quantization's errors, before the report's figures.
+        try:
+            q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile,
+                                     progress=on_calibration, keep_reference=n_feeds if exact else 0)
+            quantized = q.model
+            info.update(q.as_dict())
+            warnings.extend(q.warnings)
+            if q.reference:
+                feeds, reference = [f for f, _ in q.reference], [r for _, r in q.reference]
+            else:
+                feeds, reference = open_calibration(float_model, calib, model_name=name).take(n_feeds), None
+            q.reference = []
+            acc = accuracy_report(model, quantized, feeds, calibration=q.calibration, reference=reference,
+                                  **({"meanwhile": gate.check} if gate is not None else {}))
+            del feeds, reference
+        except Exception:
+            if gate is not None and not gate.done:
+                gate.check()  # the gate's failure is the error, as when it ran first
+            raise
+        if gate is not None and not gate.done:
+            gate.check()
         info.update(acc.as_dict())
     else:
         source = model
@@ -276,27 +288,56 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
     return quantized, pre_engine, info
 
 
-def _prep_rewrites(model, rules, opts: FixOptions, profile: TargetProfile, info: dict, name: str, on_round):
-    """Run the rewrites that come before quantization and verify them against ``model`` under their
-    contracts; recorded in ``info['float_rewrites']``. Returns (engine result, model to quantize)."""
+class _RewritesGate:
+    """The equivalence gate of the rewrites before quantization (:func:`_prep_engine`), run once by
+    :meth:`check`, which records it in ``info['float_rewrites']`` and raises when it fails."""
+
+    def __init__(self, model, pre, rules, opts: FixOptions, info: dict, name: str):
+        from .verify import loosest
+
+        by_id = {r.id: r for r in rules}
+        self.model, self.pre, self.opts, self.info, self.name = model, pre, opts, info, name
+        self.contract = loosest([by_id[r].verify for r in pre.rules_applied])
+        self.done = False
+        info["float_rewrites"] = None  # its place among the report's keys, filled by check()
+
+    def check(self, original_run=None):
+        """``original_run``: see :func:`~fixer.verify.verify` (the original's values from elsewhere)."""
+        from .errors import VerificationError
+        from .verify import verify
+
+        self.done = True
+        pre = self.pre
+        v = verify(self.model, pre.model, contract=self.contract, rules=pre.rules_applied, seed=self.opts.seed,
+                   samples=self.opts.samples, original_run=original_run)
+        self.info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail}
+                                                   for c in pre.changes], "verification": v.as_dict()}
+        if not v.ok:
+            raise VerificationError(f"{self.name}: the rewrites before quantization failed verification (rules "
+                                    f"{', '.join(pre.rules_applied)}); nothing written.")
+        return v
+
+
+def _prep_engine(model, rules, opts: FixOptions, profile: TargetProfile, info: dict, name: str, on_round):
+    """:func:`_prep_rewrites` with the gate left to run (None when nothing changed): returns (engine
+    result, model to quantize, gate)."""
     from .engine import run_engine
-    from .errors import VerificationError
-    from .verify import loosest, verify
 
     # no guard: on a float model these rewrites add SW nodes that only pay off once quantized
     pre = run_engine(model, rules, profile=profile, options={"input_type": "int8"}, max_rounds=opts.max_rounds,
                      on_round=on_round, guard=False)
     if not pre.changes:
-        return pre, model
-    by_id = {r.id: r for r in rules}
-    v = verify(model, pre.model, contract=loosest([by_id[r].verify for r in pre.rules_applied]),
-               rules=pre.rules_applied, seed=opts.seed, samples=opts.samples)
-    info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail} for c in pre.changes],
-                              "verification": v.as_dict()}
-    if not v.ok:
-        raise VerificationError(f"{name}: the rewrites before quantization failed verification (rules "
-                                f"{', '.join(pre.rules_applied)}); nothing written.")
-    return pre, pre.model
+        return pre, model, None
+    return pre, pre.model, _RewritesGate(model, pre, rules, opts, info, name)
+
+
+def _prep_rewrites(model, rules, opts: FixOptions, profile: TargetProfile, info: dict, name: str, on_round):
+    """Run the rewrites that come before quantization and verify them against ``model`` under their
+    contracts; recorded in ``info['float_rewrites']``. Returns (engine result, model to quantize)."""
+    pre, out, gate = _prep_engine(model, rules, opts, profile, info, name, on_round)
+    if gate is not None:
+        gate.check()
+    return pre, out
 
 
 #: Rewrites of quantized ops that need new quantization parameters (the NAF002 partial sums): under

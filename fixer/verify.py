@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -482,6 +482,7 @@ def verify(
     seed: int = 0,
     samples: int = 3,
     boundaries: Sequence[BoundaryCheck] = (),
+    original_run: Callable[[Mapping[str, np.ndarray], list[str]], list | None] | None = None,
 ) -> Verification:
     """Run both models on the same inputs; every output must satisfy ``contract``, and every
     boundary tensor its rule's contract. When a contract allows LSB differences at a rewritten node
@@ -502,7 +503,12 @@ def verify(
     tensor of the fixed model is the original's, and nothing else of the fixed model runs on it; the
     fixed model's session is then its own (the regions join it only from the first input set the
     rewritten nodes do not prove), and where they prove every input set, so do the isolated regions,
-    which do not run apart either."""
+    which do not run apart either.
+
+    ``original_run(feed, names)``: the original model's values of ``names`` on ``feed`` (a list in
+    that order) from a run made elsewhere, by onnxruntime without graph optimizations (the same
+    kernels on the same inputs: the same bits), or None, and the gate's own session runs it (the
+    accuracy report of --quantize runs the original on the gate's seeded inputs)."""
     src = "npz" if inputs is not None else "random"
     orig_names = {o.name for o in original.graph.output}
     both = _tensor_names(original) & _tensor_names(fixed)
@@ -585,6 +591,9 @@ def verify(
     kept = names + extra + capture
 
     def run_original(feed, more):
+        ref = original_run(feed, kept + more) if original_run is not None else None
+        if ref is not None:
+            return ref, {**dict(feed), **dict(zip(kept + more, ref))}
         try:
             ref = s_orig.run(kept + more, dict(feed))
         except Exception as exc:  # noqa: BLE001 - e.g. a dynamic dimension the gate had to guess

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 import onnx
@@ -44,7 +44,9 @@ def _session(model: onnx.ModelProto):
 def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
                     feeds: Sequence[Mapping[str, np.ndarray]], *, calibration: str = "random", worst: int = 10,
                     debug_samples: int = 4,
-                    reference: Sequence[Mapping[str, np.ndarray]] | None = None) -> QuantAccuracy:
+                    reference: Sequence[Mapping[str, np.ndarray]] | None = None,
+                    meanwhile: Callable[[Callable[[Mapping[str, np.ndarray], Sequence[str]], list | None]], object]
+                    | None = None) -> QuantAccuracy:
     """Compare a quantized model with its float reference on ``feeds``.
 
     Outputs (matched by name; integer outputs are compared as their values): cosine similarity,
@@ -59,6 +61,14 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     (:attr:`~fixer.quantize.ort.QuantizeResult.reference`): the float model is then not run again
     for the output figures. Each model is run at most once per feed, in one session per model: the
     sessions that give the per-tensor SQNR also give the outputs (:func:`_probe_runs`).
+
+    ``meanwhile``: called once, with ``float_run(feed, names)``, after the report's sessions are made
+    and before it runs the feeds: another check of ``float_model`` (the rewrites' equivalence gate)
+    whose inputs are the report's first feeds takes the float model's values of ``names`` on such a
+    feed from the report's own run of it (``float_run`` runs the report's next feed, fetching
+    ``names`` too, when ``feed`` is that feed and the report runs the float model on it; otherwise
+    it returns None and runs nothing). What it raises propagates (the report is abandoned); the
+    figures are those of a report made without it.
     """
     feeds = list(feeds)
     if not feeds:
@@ -70,9 +80,17 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     q_inputs = {i.name for i in quant_model.graph.input} - {t.name for t in quant_model.graph.initializer}
     compared = [n for n in names if n in q_names]
     runs = _ProbeRuns([], {}, {})
+    runner = None
     if worst > 0:
-        runs = _probe_runs(float_model, quant_model, feeds, worst, outputs=compared, debug=max(1, debug_samples),
-                           float_outputs=names if reference is None else ())
+        runner = _ProbeRunner(float_model, quant_model, feeds, worst, outputs=compared, debug=max(1, debug_samples),
+                              float_outputs=names if reference is None else (), lazy_float=meanwhile is not None)
+    if meanwhile is not None:
+        meanwhile(runner.float_run if runner is not None else (lambda feed, names: None))
+    if runner is not None:
+        while runner.pending():
+            runner.step()
+        runs = runner.result()
+        del runner
     acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in compared}
     s_f = s_q = None
     for i, feed in enumerate(feeds):
@@ -208,8 +226,11 @@ class _Probe:
         present = set(self.own_outputs)
         for name in tensors:
             if name not in present and name not in self.inputs:
-                aug.graph.output.append(helper.make_tensor_value_info(name, types[name], None))
+                # a tensor of unknown type (asked for by another check) as the gate adds it: untyped
+                aug.graph.output.append(helper.make_tensor_value_info(name, types[name], None) if name in types
+                                        else onnx.ValueInfoProto(name=name))
                 present.add(name)
+        self.outputs = present  # what a run may fetch, besides the inputs
         data = aug.SerializeToString()
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -299,77 +320,194 @@ def _probe_runs(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     keeps both cores busy.)
 
     Empty when the per-tensor view is unavailable (a diagnostic, not a gate: the failure is logged
-    and the caller runs the models itself)."""
-    from onnxruntime.quantization.qdq_loss_debug import create_activation_matching
+    and the caller runs the models itself). The feeds run one by one in :class:`_ProbeRunner`."""
+    runner = _ProbeRunner(float_model, quant_model, feeds, worst, outputs=outputs, debug=debug,
+                          float_outputs=float_outputs)
+    while runner.pending():
+        runner.step()
+    return runner.result()
 
-    n_debug = len(feeds) if debug is None else min(debug, len(feeds))
-    sums: dict[str, list[float]] = {}  # tensor -> [sum x^2, sum (x - y)^2]
-    q_got: dict[int, dict[str, np.ndarray]] = {}
-    f_got: dict[int, dict[str, np.ndarray]] = {}
-    try:
-        with _quiet_onnxruntime():
-            f_model, q_model = _copy(float_model), _copy(quant_model)
-            _clamp_ir(f_model)
-            _clamp_ir(q_model)
-            f_saved, f_types = _saved_tensors(f_model)
-            q_saved, q_types = _saved_tensors(q_model)
-            # onnxruntime matches tensors by name only: match on the names (each standing for its
-            # own values), then fetch just the matched tensors, one sample at a time
-            f_names = {t: [t] for t in f_saved}
-            q_names = {t: [t] for t in q_saved}
-            matching = create_activation_matching(q_names, f_names)
-            matching = {k: v for k, v in matching.items() if v.get("float")}
-            if not matching:
-                matching = _match_by_qdq(quant_model, q_names, f_names)
-            pairs = [(k, v["float"][0], v["post_qdq"][0]) for k, v in matching.items()
-                     if v.get("float") and v.get("post_qdq")]
-            f_req = sorted({f for _, f, _ in pairs})
-            q_req = sorted({q for _, _, q in pairs})
-            if not pairs:
-                return _ProbeRuns([], {}, {})
-            # dequantized tensors are computed from the int8 ones the probe outputs (bit for bit)
-            dqs = _per_tensor_dequantizers(q_model, q_req)
-            q_fetch = [dqs[q].src if q in dqs else q for q in q_req]
-            q_types = {**q_types, **{d.src: d.elem for d in dqs.values()}}
-            f_probe = _Probe(f_model, f_req, f_types)
-            q_probe = _Probe(q_model, q_fetch, q_types)
-            del f_model, q_model
-            outputs, float_outputs = list(outputs), list(float_outputs)
-            for i, feed in enumerate(feeds):
-                probe = i < n_debug
-                q_vals = q_probe.run([*outputs, *q_fetch] if probe else outputs, feed, reuse=probe)
-                q_got[i] = {n: q_vals[n] for n in outputs}
-                if not probe and not float_outputs:
-                    continue
-                f_vals = f_probe.run([*float_outputs, *f_req] if probe else float_outputs, feed, reuse=probe)
-                if float_outputs:
-                    f_got[i] = {n: f_vals[n] for n in float_outputs}
-                if not probe:
-                    continue
-                for name, f, q in pairs:
-                    x = np.asarray(f_vals[f], dtype=np.float32).ravel()
-                    if q in dqs:
-                        d = dqs[q](q_vals[dqs[q].src]).ravel()
-                    else:
-                        d = np.array(q_vals[q], dtype=np.float32).ravel()
-                    if x.shape != d.shape:
-                        continue
-                    np.subtract(x, d, out=d)  # x - y
-                    acc = sums.setdefault(name, [0.0, 0.0])
-                    acc[0] += float(np.dot(x, x))  # float32 dot products, as onnxruntime's norms
-                    acc[1] += float(np.dot(d, d))
-                del f_vals, q_vals, x, d
-                if i == n_debug - 1:  # the remaining feeds fetch outputs only
-                    f_probe.release()
-                    q_probe.release()
-    except Exception as exc:  # noqa: BLE001 - the per-tensor view is a diagnostic, not a gate
+
+class _ProbeRunner:
+    """:func:`_probe_runs` one feed at a time (:meth:`step`, in feed order), so that another check
+    may take the float model's values of a feed from the run the report makes of it anyway
+    (:meth:`float_run`) instead of running the float model again on the same input.
+
+    ``lazy_float``: the float model's session is created at the first :meth:`float_run` (with the
+    tensors asked for there among its outputs) or the first :meth:`step`, not at once."""
+
+    def __init__(self, float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
+                 feeds: list[Mapping[str, np.ndarray]], worst: int, *, outputs: Sequence[str] = (),
+                 debug: int | None = None, float_outputs: Sequence[str] = (), lazy_float: bool = False):
+        self.feeds = feeds
+        self.worst = worst
+        self.n_debug = len(feeds) if debug is None else min(debug, len(feeds))
+        self.outputs, self.float_outputs = list(outputs), list(float_outputs)
+        self.sums: dict[str, list[float]] = {}  # tensor -> [sum x^2, sum (x - y)^2]
+        self.q_got: dict[int, dict[str, np.ndarray]] = {}
+        self.f_got: dict[int, dict[str, np.ndarray]] = {}
+        self.next = 0  # the feed the next step runs
+        self.ok = False  # False: nothing to run, or a failure (the result is then empty)
+        self.pairs: list[tuple[str, str, str]] = []
+        self.f_probe = self.q_probe = None
+        self._float_model = None  # the float model's copy until its session is created (lazy_float)
+        from onnxruntime.quantization.qdq_loss_debug import create_activation_matching
+
+        try:
+            with _quiet_onnxruntime():
+                f_model, q_model = _copy(float_model), _copy(quant_model)
+                _clamp_ir(f_model)
+                _clamp_ir(q_model)
+                f_saved, f_types = _saved_tensors(f_model)
+                q_saved, q_types = _saved_tensors(q_model)
+                # onnxruntime matches tensors by name only: match on the names (each standing for its
+                # own values), then fetch just the matched tensors, one sample at a time
+                f_names = {t: [t] for t in f_saved}
+                q_names = {t: [t] for t in q_saved}
+                matching = create_activation_matching(q_names, f_names)
+                matching = {k: v for k, v in matching.items() if v.get("float")}
+                if not matching:
+                    matching = _match_by_qdq(quant_model, q_names, f_names)
+                pairs = [(k, v["float"][0], v["post_qdq"][0]) for k, v in matching.items()
+                         if v.get("float") and v.get("post_qdq")]
+                self.f_req = sorted({f for _, f, _ in pairs})
+                q_req = sorted({q for _, _, q in pairs})
+                if not pairs:
+                    return
+                # dequantized tensors are computed from the int8 ones the probe outputs (bit for bit)
+                self.dqs = _per_tensor_dequantizers(q_model, q_req)
+                self.q_fetch = [self.dqs[q].src if q in self.dqs else q for q in q_req]
+                q_types = {**q_types, **{d.src: d.elem for d in self.dqs.values()}}
+                self.f_types = f_types
+                if lazy_float:
+                    self._float_model = f_model  # the probe's copy, made the probe's model later
+                else:
+                    self.f_probe = _Probe(f_model, self.f_req, f_types)
+                self.q_probe = _Probe(q_model, self.q_fetch, q_types)
+                del f_model, q_model
+                self.pairs = pairs
+                self.ok = True
+        except Exception as exc:  # noqa: BLE001 - the per-tensor view is a diagnostic, not a gate
+            self._fail(exc)
+
+    def _fail(self, exc: Exception) -> None:
         log.info("per-tensor SQNR unavailable: %s", exc)
-        return _ProbeRuns([], {}, {})
-    eps = float(np.finfo("float").eps)
-    rows = [{"tensor": k, "sqnr_db": 20 * math.log10(max(math.sqrt(sx), eps) / max(math.sqrt(sd), eps))}
-            for k, (sx, sd) in sums.items()]
-    rows.sort(key=lambda r: r["sqnr_db"])
-    return _ProbeRuns(rows[:worst], q_got, f_got)
+        self.ok = False
+        self.f_probe = self.q_probe = self._float_model = None
+        self.sums, self.q_got, self.f_got = {}, {}, {}
+
+    def _make_float(self, extra: Sequence[str] = ()) -> None:
+        f_model = self._float_model  # made the probe's model in place: as it was, should that fail
+        n = len(f_model.graph.output)
+        try:
+            self.f_probe = _Probe(f_model, [*self.f_req, *extra], self.f_types)
+        except Exception:
+            del f_model.graph.output[n:]
+            raise
+        self._float_model = None
+
+    def pending(self) -> bool:
+        return self.ok and self.next < len(self.feeds)
+
+    def runs_float(self, i: int) -> bool:
+        """Whether the step of feed ``i`` runs the float model."""
+        return i < self.n_debug or bool(self.float_outputs)
+
+    def float_run(self, feed: Mapping[str, np.ndarray], names: Sequence[str]) -> list | None:
+        """The float model's values of ``names`` on ``feed`` (in that order), from the step of the next
+        feed when ``feed`` is that feed (the same arrays: names, types, shapes, values) and the step
+        runs the float model anyway; None otherwise (nothing ran), or when the step failed. The
+        values are the caller's (copies where the report would write into them again)."""
+        if not self.pending() or not self.runs_float(self.next) or not _same_feed(feed, self.feeds[self.next]):
+            return None
+        names = list(names)
+        try:
+            with _quiet_onnxruntime():
+                if self.f_probe is None:
+                    try:
+                        self._make_float([n for n in names if n not in self.f_req])
+                    except Exception:  # noqa: BLE001 - not with these: the report's own session, as before
+                        self._make_float()
+                if any(n not in self.f_probe.outputs and n not in self.f_probe.inputs for n in names):
+                    return None
+                vals = self.step(extra=names)
+        except Exception as exc:  # noqa: BLE001 - the diagnostic fails; the caller runs the model itself
+            self._fail(exc)
+            return None
+        if vals is None:
+            return None
+        own = self.f_probe.own_outputs if self.f_probe is not None else set()
+        return [vals[n] if n in own else np.array(vals[n], copy=True) for n in names]
+
+    def step(self, extra: Sequence[str] = ()) -> dict[str, np.ndarray] | None:
+        """Run the next feed: the quantized model, the float model where it is needed (``extra``:
+        float model tensors fetched besides), the running SQNR sums. Returns the float run's values
+        (None after a failure, which empties the result)."""
+        if not self.pending():
+            return None
+        try:
+            with _quiet_onnxruntime():
+                return self._step(list(extra))
+        except Exception as exc:  # noqa: BLE001 - the per-tensor view is a diagnostic, not a gate
+            self._fail(exc)
+            return None
+
+    def _step(self, extra: list[str]) -> dict[str, np.ndarray]:
+        i = self.next
+        self.next += 1
+        feed = self.feeds[i]
+        outputs, float_outputs = self.outputs, self.float_outputs
+        probe = i < self.n_debug
+        q_vals = self.q_probe.run([*outputs, *self.q_fetch] if probe else outputs, feed, reuse=probe)
+        self.q_got[i] = {n: q_vals[n] for n in outputs}
+        if not probe and not float_outputs and not extra:
+            return {}
+        if self.f_probe is None:
+            self._make_float()
+        f_vals = self.f_probe.run([*float_outputs, *extra, *self.f_req] if probe else [*float_outputs, *extra], feed,
+                                  reuse=probe)
+        if float_outputs:
+            self.f_got[i] = {n: f_vals[n] for n in float_outputs}
+        if probe:
+            dqs = self.dqs
+            for name, f, q in self.pairs:
+                x = np.asarray(f_vals[f], dtype=np.float32).ravel()
+                if q in dqs:
+                    d = dqs[q](q_vals[dqs[q].src]).ravel()
+                else:
+                    d = np.array(q_vals[q], dtype=np.float32).ravel()
+                if x.shape != d.shape:
+                    continue
+                np.subtract(x, d, out=d)  # x - y
+                acc = self.sums.setdefault(name, [0.0, 0.0])
+                acc[0] += float(np.dot(x, x))  # float32 dot products, as onnxruntime's norms
+                acc[1] += float(np.dot(d, d))
+            if i == self.n_debug - 1:  # the remaining feeds fetch outputs only
+                self.f_probe.release()
+                self.q_probe.release()
+        return f_vals
+
+    def result(self) -> _ProbeRuns:
+        if not self.ok:
+            return _ProbeRuns([], {}, {})
+        eps = float(np.finfo("float").eps)
+        rows = [{"tensor": k, "sqnr_db": 20 * math.log10(max(math.sqrt(sx), eps) / max(math.sqrt(sd), eps))}
+                for k, (sx, sd) in self.sums.items()]
+        rows.sort(key=lambda r: r["sqnr_db"])
+        return _ProbeRuns(rows[: self.worst], self.q_got, self.f_got)
+
+
+def _same_feed(a: Mapping[str, np.ndarray], b: Mapping[str, np.ndarray]) -> bool:
+    """The same inputs: the same names, and arrays of the same type, shape and values."""
+    if set(a) != set(b):
+        return False
+    for k, v in a.items():
+        w = b[k]
+        if not (isinstance(v, np.ndarray) and isinstance(w, np.ndarray)) or v.dtype != w.dtype or v.shape != w.shape:
+            return False
+        if not np.array_equal(v, w):
+            return False
+    return True
 
 
 def _match_by_qdq(quant_model: onnx.ModelProto, q_acts: dict, f_acts: dict) -> dict:
