@@ -343,7 +343,9 @@ class Variable(_VariableRaw):
         return Variable(self.name, self.dtype, self.shape, self.type)
 
 
-def _variable(name: str) -> Variable:
+def _variable(name: str, dtype=None, shape=None, kind: str = "tensor_type", src=None, pi: int = -1) -> Variable:
+    """A Variable built by plain stores before its class is set (this runs for every tensor of an
+    imported graph)."""
     v = _VariableRaw()
     v.name = name
     wr = _ref(v)
@@ -355,11 +357,11 @@ def _variable(name: str) -> Variable:
     outs._owner = wr
     outs._peer = "inputs"
     v.outputs = outs
-    v.dtype = None
-    v.shape = None
-    v.type = "tensor_type"
-    v._src = None
-    v._pi = -1
+    v.dtype = dtype
+    v.shape = shape
+    v.type = kind
+    v._src = src
+    v._pi = pi
     v.__class__ = Variable
     return v
 
@@ -946,38 +948,14 @@ class _Importer:
                 t = scope.get(name)
                 if t is not None:
                     return t
-        # _variable(name) with the type read from the proto, its fields stored before its class is
-        # set (plain stores: this runs for every typed tensor of the graph)
-        v = _VariableRaw()
-        v.name = name
-        wr = _ref(v)
-        ins = _lnew(_Links)
-        ins._owner = wr
-        ins._peer = "outputs"
-        v.inputs = ins
-        outs = _lnew(_Links)
-        outs._owner = wr
-        outs._peer = "inputs"
-        v.outputs = outs
         key = vi.type.SerializeToString()
-        if key:
-            known = self._decoded.get(key)
-            if known is None:
-                known = self._decoded[key] = _vi_type(vi)
-            dtype, shape, kind = known
-            v.dtype = dtype
-            v.shape = shape[:] if shape is not None else None
-            v.type = kind
-        else:
-            v.dtype = None
-            v.shape = None
-            v.type = "tensor_type"
         src = self.src
-        v._src = src
         protos = src.protos
-        v._pi = len(protos)
+        if key:
+            v = _variable(name, *self._type_of(vi, key), src, len(protos))
+        else:
+            v = _variable(name, src=src, pi=len(protos))
         protos.append(vi)
-        v.__class__ = Variable
         local[name] = v
         return v
 
