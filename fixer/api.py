@@ -247,7 +247,7 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
                 feeds, reference = open_calibration(float_model, calib, model_name=name).take(n_feeds), None
             q.reference = []
             acc = accuracy_report(model, quantized, feeds, calibration=q.calibration, reference=reference,
-                                  **({"meanwhile": gate.check} if gate is not None else {}))
+                                  meanwhile=gate.check if gate is not None else None)
             del feeds, reference
         except Exception:
             if gate is not None and not gate.done:

@@ -151,12 +151,12 @@ def test_streamed_sqnr_is_onnxruntimes(tmp_path):
         modify_model_output_intermediate_tensors,
     )
 
-    from fixer.quantize.accuracy import _probe_runs
+    from fixer.quantize.accuracy import _ProbeRunner
 
     kw = {"per_channel": True, "extra_options": {"ForceQuantizeNoInputCheck": True, "WeightSymmetric": True}}
     quant = _quantize(tmp_path, _model(), "acc", **kw)
     feeds = _Reader(4).feeds
-    rows = _probe_runs(_model(), quant, list(feeds), 1000).rows
+    rows = _ProbeRunner(_model(), quant, list(feeds), 1000).finish().rows
     ours = {r["tensor"]: r["sqnr_db"] for r in rows}
     ref = {}
     for tag, m in (("f", _model()), ("q", quant)):

@@ -123,7 +123,7 @@ def _old_worst_tensors(float_model, quant_model, feeds, tmp_path) -> dict[str, f
 
 @pytest.mark.parametrize("name", ["big_activations_float", "classifier_softmax_float"])
 def test_per_tensor_sqnr_and_quantized_outputs_are_the_augmented_models(tmp_path, name):
-    from fixer.quantize.accuracy import _per_tensor_dequantizers, _probe_runs
+    from fixer.quantize.accuracy import _per_tensor_dequantizers, _ProbeRunner
 
     fm = onnx.load(SAMPLES / f"{name}.onnx")
     calib = Q.CalibrationOptions(seed=1, random_samples=4)
@@ -132,7 +132,7 @@ def test_per_tensor_sqnr_and_quantized_outputs_are_the_augmented_models(tmp_path
     assert len(_per_tensor_dequantizers(qm, [n.output[0] for n in qm.graph.node])) >= 3
     feeds = Q.open_calibration(fm, calib).take(3)
     outputs = [o.name for o in qm.graph.output]
-    runs = _probe_runs(fm, qm, feeds, 10_000, outputs=outputs)
+    runs = _ProbeRunner(fm, qm, feeds, 10_000, outputs=outputs).finish()
     rows, got = runs.rows, runs.quantized
     old = _old_worst_tensors(fm, qm, feeds, tmp_path)
     assert len(old) >= 3 and {r["tensor"]: r["sqnr_db"] for r in rows} == old  # exactly, every tensor

@@ -15,7 +15,7 @@ import pytest
 from fixer import quantize as Q
 from fixer.api import FixOptions, fix
 from fixer.errors import InputError, VerificationError
-from fixer.quantize.accuracy import _probe_runs, _ProbeRunner
+from fixer.quantize.accuracy import _ProbeRunner
 from fixer.verify import VerifyContract, _with_outputs, make_inputs, session, verify
 
 from tests.test_quantize_flow import _conv_sub_model
@@ -77,7 +77,7 @@ def test_float_run_gives_a_sessions_values_and_the_report_is_unchanged():
     res = Q.quantize_float_model(fm, calib=calib)
     feeds = Q.open_calibration(fm, calib).take(5)
     outputs = [o.name for o in res.model.graph.output]
-    want = _probe_runs(fm, res.model, feeds, 100, outputs=outputs, debug=3)
+    want = _ProbeRunner(fm, res.model, feeds, 100, outputs=outputs, debug=3).finish()
     assert want.rows
     runner = _ProbeRunner(fm, res.model, feeds, 100, outputs=outputs, debug=3, lazy_float=True)
     names = ["y", "h", "d", "x"]  # outputs, intermediate tensors, an input
@@ -195,7 +195,7 @@ def test_float_run_of_names_the_float_model_cannot_give_runs_nothing():
     calib = Q.CalibrationOptions(seed=4, random_samples=4)
     res = Q.quantize_float_model(fm, calib=calib)
     feeds = Q.open_calibration(fm, calib).take(3)
-    want = _probe_runs(fm, res.model, feeds, 100, outputs=["y"], debug=2)
+    want = _ProbeRunner(fm, res.model, feeds, 100, outputs=["y"], debug=2).finish()
     runner = _ProbeRunner(fm, res.model, feeds, 100, outputs=["y"], debug=2, lazy_float=True)
     # no tensor 'nope': onnxruntime refuses the session with it; the report's own session is made
     assert runner.float_run(dict(feeds[0]), ["y", "nope"]) is None and runner.next == 0

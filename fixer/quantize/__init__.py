@@ -139,6 +139,6 @@ from .accuracy import (  # noqa: F401
     _session,
     accuracy_report,
     _compare,
-    _probe_runs,
+    _ProbeRunner,
     _match_by_qdq,
 )

@@ -60,7 +60,7 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     when they are known already, e.g. recorded from onnxruntime's calibration runs
     (:attr:`~fixer.quantize.ort.QuantizeResult.reference`): the float model is then not run again
     for the output figures. Each model is run at most once per feed, in one session per model: the
-    sessions that give the per-tensor SQNR also give the outputs (:func:`_probe_runs`).
+    sessions that give the per-tensor SQNR also give the outputs (:class:`_ProbeRunner`).
 
     ``meanwhile``: called once, with ``float_run(feed, names)``, after the report's sessions are made
     and before it runs the feeds: another check of ``float_model`` (the rewrites' equivalence gate)
@@ -87,9 +87,7 @@ def accuracy_report(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     if meanwhile is not None:
         meanwhile(runner.float_run if runner is not None else (lambda feed, names: None))
     if runner is not None:
-        while runner.pending():
-            runner.step()
-        runs = runner.result()
+        runs = runner.finish()
         del runner
     acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in compared}
     s_f = s_q = None
@@ -294,7 +292,7 @@ class _Probe:
 
 @dataclass
 class _ProbeRuns:
-    """What :func:`_probe_runs` computed: the ``worst`` rows, the quantized model's graph outputs on
+    """What :class:`_ProbeRunner` computed: the ``worst`` rows, the quantized model's graph outputs on
     every feed and the float model's on the feeds it ran (feed index -> {name: value})."""
 
     rows: list[dict]
@@ -302,9 +300,7 @@ class _ProbeRuns:
     float: dict[int, dict[str, np.ndarray]]
 
 
-def _probe_runs(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
-                feeds: list[Mapping[str, np.ndarray]], worst: int, *, outputs: Sequence[str] = (),
-                debug: int | None = None, float_outputs: Sequence[str] = ()) -> _ProbeRuns:
+class _ProbeRunner:
     """The ``worst`` tensors by SQNR of the quantized model's values (DequantizeLinear outputs)
     against the float model's, over the first ``debug`` feeds (all when None): the tensors
     onnxruntime's ``qdq_loss_debug`` saves (:func:`_saved_tensors`), its tensor matching
@@ -319,19 +315,13 @@ def _probe_runs(float_model: onnx.ModelProto, quant_model: onnx.ModelProto,
     CPU time and ~160 MB more memory on a loaded 2-core machine, for no gain: each run already
     keeps both cores busy.)
 
-    Empty when the per-tensor view is unavailable (a diagnostic, not a gate: the failure is logged
-    and the caller runs the models itself). The feeds run one by one in :class:`_ProbeRunner`."""
-    runner = _ProbeRunner(float_model, quant_model, feeds, worst, outputs=outputs, debug=debug,
-                          float_outputs=float_outputs)
-    while runner.pending():
-        runner.step()
-    return runner.result()
+    The result is empty when the per-tensor view is unavailable (a diagnostic, not a gate: the failure is logged
+    and the caller runs the models itself).
 
-
-class _ProbeRunner:
-    """:func:`_probe_runs` one feed at a time (:meth:`step`, in feed order), so that another check
-    may take the float model's values of a feed from the run the report makes of it anyway
-    (:meth:`float_run`) instead of running the float model again on the same input.
+    The feeds run one at a time (:meth:`step`, in feed order; :meth:`finish` runs the rest and
+    gives the result), so that another check may take the float model's values of a feed from the
+    run made of it anyway (:meth:`float_run`) instead of running the float model again on the same
+    input.
 
     ``lazy_float``: the float model's session is created at the first :meth:`float_run` (with the
     tensors asked for there among its outputs) or the first :meth:`step`, not at once."""
@@ -486,6 +476,12 @@ class _ProbeRunner:
                 self.f_probe.release()
                 self.q_probe.release()
         return f_vals
+
+    def finish(self) -> _ProbeRuns:
+        """Run the feeds not run yet; the result."""
+        while self.pending():
+            self.step()
+        return self.result()
 
     def result(self) -> _ProbeRuns:
         if not self.ok:
