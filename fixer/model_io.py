@@ -262,6 +262,25 @@ class _NodeScan:
                 self._walk(g.node)
 
 
+def _onnx_schema():
+    """A copy of the ``onnx.proto`` file descriptor (to derive a mirror schema from) and the prefix
+    ``.<package>.`` of its message type names."""
+    from google.protobuf import descriptor_pb2
+
+    fdp = descriptor_pb2.FileDescriptorProto()
+    onnx.ModelProto.DESCRIPTOR.file.CopyToProto(fdp)
+    return fdp, "." + fdp.package + "."
+
+
+def _model_class(fdp):
+    """The ``ModelProto`` message class of the schema ``fdp``, in a descriptor pool of its own."""
+    from google.protobuf import descriptor_pool, message_factory
+
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(fdp.package + ".ModelProto"))
+
+
 _UTF8_MIRROR: list = []
 
 
@@ -278,11 +297,8 @@ def _utf8_mirror():
         return _UTF8_MIRROR[0]
     cls = None
     try:
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
         from google.protobuf.message import DecodeError
-        fdp = descriptor_pb2.FileDescriptorProto()
-        onnx.ModelProto.DESCRIPTOR.file.CopyToProto(fdp)
-        old = "." + fdp.package + "."
+        fdp, old = _onnx_schema()
         fdp.package = "nafix_utf8." + fdp.package
         fdp.name = "nafix_utf8/" + fdp.name
         fdp.syntax = "proto3"
@@ -298,9 +314,7 @@ def _utf8_mirror():
                 to_proto3(m.nested_type)
 
         to_proto3(fdp.message_type)
-        pool = descriptor_pool.DescriptorPool()
-        pool.Add(fdp)
-        mirror = message_factory.GetMessageClass(pool.FindMessageTypeByName(fdp.package + ".ModelProto"))
+        mirror = _model_class(fdp)
         probe = onnx.helper.make_model(onnx.helper.make_graph(
             [onnx.helper.make_node("Relu", ["x"], ["y"], name="NAFIXPROBE")], "g", [], []))
         good = probe.SerializeToString()
@@ -742,11 +756,9 @@ def _vi_mirror():
         return _VI_MIRROR[0]
     cls = None
     try:
-        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+        from google.protobuf import descriptor_pb2
 
-        fdp = descriptor_pb2.FileDescriptorProto()
-        onnx.ModelProto.DESCRIPTOR.file.CopyToProto(fdp)
-        old = "." + fdp.package + "."
+        fdp, old = _onnx_schema()
         lite = descriptor_pb2.FileDescriptorProto(name="nafix_vi/" + fdp.name, package="nafix_vi." + fdp.package,
                                                   syntax="proto2")
         keep = {"ModelProto": ("graph",), "GraphProto": ("output", "value_info"), "ValueInfoProto": None}
@@ -764,9 +776,7 @@ def _vi_mirror():
                     nf.ClearField("type_name")
                 elif nf.type_name.startswith(old):
                     nf.type_name = ".nafix_vi" + nf.type_name
-        pool = descriptor_pool.DescriptorPool()
-        pool.Add(lite)
-        mirror = message_factory.GetMessageClass(pool.FindMessageTypeByName(lite.package + ".ModelProto"))
+        mirror = _model_class(lite)
         vi = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["value_info"].message_type
         assert set(mirror.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["value_info"]
                    .message_type.fields_by_name) == set(vi.fields_by_name)
