@@ -119,6 +119,41 @@ def session(model: onnx.ModelProto):
                            initializers=runtime_initializers(model))
 
 
+def _fixed_session(fixed: onnx.ModelProto, extra: Sequence[str]) -> tuple[object | None, str]:
+    """The fixed model's session with ``extra`` as outputs, or (None, the first line of onnxruntime's
+    error): a rewrite that onnxruntime rejects fails the gate, not nafix."""
+    try:
+        return session(_with_outputs(fixed, extra)), ""
+    except Exception as exc:  # noqa: BLE001
+        return None, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+
+
+class InThread:
+    """``func()`` called at once in a thread of its own; :meth:`result` waits for it and returns its
+    value or raises its exception. For work that spends its time outside the GIL (an onnxruntime
+    session being made) beside other work."""
+
+    def __init__(self, func: Callable[[], object]):
+        import threading
+
+        self._value: object = None
+        self._exc: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(func,), name="nafix-beside", daemon=True)
+        self._thread.start()
+
+    def _run(self, func: Callable[[], object]) -> None:
+        try:
+            self._value = func()
+        except BaseException as exc:  # noqa: BLE001 - handed to result()
+            self._exc = exc
+
+    def result(self):
+        self._thread.join()
+        if self._exc is not None:
+            raise self._exc
+        return self._value
+
+
 def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
     """The float range a QuantizeLinear right after input ``name`` can represent (None when its
     parameters are not a usable per-tensor scale: missing, NaN, infinite, zero, float zero-point)."""
@@ -540,9 +575,17 @@ def verify(
     o_inputs = {i.name for i in original.graph.input}
     rcap = ([] if rpart is None else
             sorted((set(rpart.part.inputs) | set(rpart.checked)) - set(extra) - set(capture) - orig_names - o_inputs))
+    # the fixed model's session, where the gate will make it first thing (no whole-model run with the
+    # regions), is made in a thread beside the original's: onnxruntime releases the GIL while it
+    # loads and plans a model (the same session, made earlier)
+    early = None
+    if rpart is not None or not (fpart is None and any(b.inputs for b in boundaries)):
+        early = InThread(lambda: _fixed_session(fixed, extra))
     try:
         s_orig = session(_with_outputs(original, extra + capture + sorted(set(front) | set(rcap))))
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
+        if early is not None:
+            early.result()  # no session left loading behind the error
         raise original_failed(exc) from None
     feeds = list(inputs) if inputs is not None else make_inputs(original, seed=seed, samples=samples, sess=s_orig)
     fetched = set(extra) | set(capture) | set(front) | set(rcap)
@@ -560,13 +603,17 @@ def verify(
     whole = build_whole() if rpart is None else None
 
     def load_fixed():
-        try:
-            return session(_with_outputs(fixed, extra)), None
-        except Exception as exc:  # noqa: BLE001 - a rewrite that onnxruntime rejects fails the gate, not nafix
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-            check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
-                                f"the rewritten model does not load in onnxruntime: {first}")
-            return None, Verification(False, contract, list(rules), [check], src, len(feeds))
+        nonlocal early
+        if early is not None:
+            sess, first = early.result()
+            early = None
+        else:
+            sess, first = _fixed_session(fixed, extra)
+        if sess is not None:
+            return sess, None
+        check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
+                            f"the rewritten model does not load in onnxruntime: {first}")
+        return None, Verification(False, contract, list(rules), [check], src, len(feeds))
 
     if whole is not None:
         s_fix = whole.sess
