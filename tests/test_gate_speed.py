@@ -77,3 +77,53 @@ def test_in_thread_returns_the_value_or_raises_the_exception():
 
     with pytest.raises(ValueError, match="x"):
         verify_mod.InThread(boom).result()
+
+
+def _chain_pair():
+    """A QDQ-free conv chain and a copy with its middle activation changed and a weight renamed."""
+    rng = np.random.default_rng(9)
+    def build(alpha, wname):
+        inits, nodes, x = [], [], "x"
+        for i in range(4):
+            name = wname if i == 1 else f"w{i}"
+            inits.append(numpy_helper.from_array((rng.standard_normal((4, 4, 1, 1)) * 0.4).astype(np.float32), name))
+            nodes.append(helper.make_node("Conv", [x, name], [f"c{i}"], name=f"conv{i}", kernel_shape=[1, 1]))
+            nodes.append(helper.make_node("LeakyRelu", [f"c{i}"], [f"a{i}"], name=f"act{i}",
+                                          alpha=alpha if i == 2 else 0.1))
+            x = f"a{i}"
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(9)
+    orig = build(0.1, "w1")
+    rng = np.random.default_rng(9)
+    return orig, build(0.2, "w1_new")
+
+
+def test_facts_give_what_each_check_reads_of_the_graphs_itself():
+    orig, fixed = _chain_pair()
+    facts = verify_mod._Facts(orig, fixed)
+    assert facts.o_made == verify_mod._tensor_names(orig) and facts.f_made == verify_mod._tensor_names(fixed)
+    assert facts.f_const == verify_mod._computed_from_initializers(fixed)
+    assert facts.o_producer == {o: n for n in orig.graph.node for o in n.output if o}
+    assert facts.f_producer["a2"].name == "act2"
+    for models in ((orig, fixed), (orig, orig), (fixed, orig)):
+        facts = verify_mod._Facts(*models)
+        alone = verify_mod.proven_equal(*models, {})
+        shared = verify_mod.proven_equal(*models, {}, facts=facts)
+        assert alone[0] == shared[0] and [n.name for n in alone[1]] == [n.name for n in shared[1]]
+        fp_alone = verify_mod.fixed_part(*models, {}, ["a3"])
+        fp_shared = verify_mod.fixed_part(*models, {}, ["a3"], proof=shared, facts=facts)
+        assert (fp_alone is None) == (fp_shared is None)
+        if fp_alone is not None:
+            assert fp_alone.part.model == fp_shared.part.model and fp_alone.frontier == fp_shared.frontier
+        rp_alone = verify_mod.rewritten_part(*models, alone, ["a3"])
+        rp_shared = verify_mod.rewritten_part(*models, shared, ["a3"], facts=facts)
+        assert (rp_alone is None) == (rp_shared is None)
+        if rp_alone is not None:
+            assert rp_alone.part.model == rp_shared.part.model and rp_alone.checked == rp_shared.checked
+    # the pair above has a part and rewritten nodes: the comparisons were not all None == None
+    facts = verify_mod._Facts(orig, fixed)
+    proof = verify_mod.proven_equal(orig, fixed, {}, facts=facts)
+    assert verify_mod.rewritten_part(orig, fixed, proof, ["a3"], facts=facts).checked == ("c1", "a2")  # conv1 reads the renamed weight
+
