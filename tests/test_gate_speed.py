@@ -127,3 +127,40 @@ def test_facts_give_what_each_check_reads_of_the_graphs_itself():
     proof = verify_mod.proven_equal(orig, fixed, {}, facts=facts)
     assert verify_mod.rewritten_part(orig, fixed, proof, ["a3"], facts=facts).checked == ("c1", "a2")  # conv1 reads the renamed weight
 
+
+def test_the_collector_is_paused_during_a_fix_and_restored_after_it_also_on_error(monkeypatch):
+    import gc
+    from pathlib import Path
+
+    from fixer import engine as engine_mod
+    from fixer.api import FixOptions, fix
+
+    sample = Path(__file__).resolve().parents[1] / "sample_models" / "movenet_like.onnx"
+    seen = []
+    real = engine_mod.run_engine
+
+    def spy(*a, **k):
+        seen.append(gc.isenabled())
+        return real(*a, **k)
+
+    monkeypatch.setattr(engine_mod, "run_engine", spy)
+    thresholds = gc.get_threshold()
+    assert gc.isenabled()
+    fix(sample, FixOptions(dry_run=True))
+    assert seen == [False] and gc.isenabled() and gc.get_threshold() == thresholds
+
+    def broken(*a, **k):
+        seen.append(gc.isenabled())
+        raise RuntimeError("engine broke")
+
+    monkeypatch.setattr(engine_mod, "run_engine", broken)
+    with pytest.raises(RuntimeError, match="engine broke"):
+        fix(sample, FixOptions(dry_run=True))
+    assert seen == [False, False] and gc.isenabled() and gc.get_threshold() == thresholds
+    gc.disable()  # a caller's disabled collector stays disabled
+    try:
+        with pytest.raises(RuntimeError):
+            fix(sample, FixOptions(dry_run=True))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
