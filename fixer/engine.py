@@ -31,6 +31,7 @@ from .npu.estimate import EpochEstimate, estimate_epochs
 from .npu.placement import place
 from .npu.profile import TargetProfile
 from .predicates import PREDICATES
+from .predicates import fails_constraint as _FAILS_CONSTRAINT
 from .rewriters import REWRITERS, IoChange, Match, NearMiss, RewriteResult
 from .rules import Rule
 
@@ -366,13 +367,20 @@ def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetPro
     """One pass of every rule over ``view`` (whose graph it edits in place)."""
     att = _Attempt(view)
     claimed: set[str] = set()
+    failing = _FailingIndex(placement)
     # a whole-model rewriter (uint8 -> int8) runs first and, when it applies, alone in its round
     ordered = sorted(rules, key=lambda r: not REWRITERS[r.rewriter].whole_model)
     for rule in ordered:
         rw = REWRITERS[rule.rewriter]
         if rw.whole_model and att.changes:
             break
+        # a rule triggered by a failed constraint: only the nodes the placement fails on it can match
+        trigger = failing.names(rule)
+        if trigger is not None and not trigger:
+            continue
         for node in list(view.nodes):
+            if trigger is not None and node.name not in trigger:
+                continue
             if node.op not in rule.ops or node.name in claimed or not node.outputs:
                 continue
             key = (rule.id, node.name)
@@ -416,6 +424,33 @@ def _round(view: GraphView, placement, rules: Sequence[Rule], profile: TargetPro
             if rw.whole_model:
                 return att
     return att
+
+
+class _FailingIndex:
+    """The names of the nodes a placement fails on each constraint (or reason id), for the rules
+    whose trigger (first condition) is ``fails_constraint``: that predicate holds on a node exactly
+    when the placement has a reason or note of that constraint under the node's name (a node a
+    rewrite created in the round is not placed; one that took a placed node's name reads that
+    node's placement, in both). Read off the placement once per round, on first use, instead of
+    one predicate call per node and rule."""
+
+    def __init__(self, placement):
+        self.placement = placement
+        self._by_constraint: dict[str, set[str]] | None = None
+
+    def names(self, rule: Rule) -> set[str] | None:
+        """The node names ``rule``'s trigger can hold on, or None (its trigger is another predicate)."""
+        if not rule.when or rule.when[0].predicate != "fails_constraint" \
+                or PREDICATES["fails_constraint"].func is not _FAILS_CONSTRAINT:
+            return None
+        constraint = rule.when[0].params.get("constraint")
+        if self._by_constraint is None:
+            index: dict[str, set[str]] = {}
+            for name, p in self.placement.by_name.items():
+                for r in p.reasons + p.notes:
+                    index.setdefault(r.constraint, set()).add(name)
+            self._by_constraint = index
+        return self._by_constraint.get(constraint, set())
 
 
 def _boundary(view: GraphView, node: ir.Node) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ input and its int8 output is dequantized with the recorded scale and zero-point 
 
 from __future__ import annotations
 
+import functools
 import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,41 @@ def session(model: onnx.ModelProto):
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return runtime_session(prepare_for_runtime(model).SerializeToString(), opts,
                            initializers=runtime_initializers(model))
+
+
+def _fixed_session(fixed: onnx.ModelProto, extra: Sequence[str]) -> tuple[object | None, str]:
+    """The fixed model's session with ``extra`` as outputs, or (None, the first line of onnxruntime's
+    error): a rewrite that onnxruntime rejects fails the gate, not nafix."""
+    try:
+        return session(_with_outputs(fixed, extra)), ""
+    except Exception as exc:  # noqa: BLE001
+        return None, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+
+
+class InThread:
+    """``func()`` called at once in a thread of its own; :meth:`result` waits for it and returns its
+    value or raises its exception. For work that spends its time outside the GIL (an onnxruntime
+    session being made) beside other work."""
+
+    def __init__(self, func: Callable[[], object]):
+        import threading
+
+        self._value: object = None
+        self._exc: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(func,), name="nafix-beside", daemon=True)
+        self._thread.start()
+
+    def _run(self, func: Callable[[], object]) -> None:
+        try:
+            self._value = func()
+        except BaseException as exc:  # noqa: BLE001 - handed to result()
+            self._exc = exc
+
+    def result(self):
+        self._thread.join()
+        if self._exc is not None:
+            raise self._exc
+        return self._value
 
 
 def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
@@ -511,10 +547,11 @@ def verify(
     accuracy report of --quantize runs the original on the gate's seeded inputs)."""
     src = "npz" if inputs is not None else "random"
     orig_names = {o.name for o in original.graph.output}
-    both = _tensor_names(original) & _tensor_names(fixed)
+    facts = _Facts(original, fixed)
+    both = facts.o_made & facts.f_made
     boundaries = [b for b in boundaries if b.tensor in both and b.tensor not in orig_names]
     extra = sorted({b.tensor for b in boundaries})
-    known = _tensor_names(original) | {i.name for i in original.graph.input}
+    known = facts.o_made | {i.name for i in original.graph.input}
     capture = sorted({t for b in boundaries if b.inputs for t in b.inputs if t in known} - set(extra) - orig_names)
     # a noise floor may be measured (an LSB-tolerant rewrite under an LSB contract): the original's
     # run also keeps the tensors the part of the model below the rewritten nodes reads, so the noisy
@@ -528,21 +565,29 @@ def verify(
     # the fixed model runs only below what is provably equal to the original (fed the original's
     # values there, which its run then also fetches); the whole fixed model still loads in a session
     wanted = [o.name for o in original.graph.output if o.name not in extra] + extra
-    proof = proven_equal(original, fixed, in_changes)
-    fpart = fixed_part(original, fixed, in_changes, wanted, proof=proof)
+    proof = proven_equal(original, fixed, in_changes, facts=facts)
+    fpart = fixed_part(original, fixed, in_changes, wanted, proof=proof, facts=facts)
     # the part's frontier: fetched only where the part runs
     front = [] if fpart is None else sorted(set(fpart.frontier) - set(extra) - orig_names - set(capture))
     # before the part, the rewritten nodes alone (:func:`rewritten_part`): where they compute the
     # original's values on an input set, so does the whole fixed model, and neither the part nor the
     # whole fixed model runs on it (the original's run fetches what they read and compute)
     rpart = rewritten_part(original, fixed, proof, wanted, bool(in_changes or out_changes),
-                           fpart.part.model.graph.node if fpart is not None else None)
+                           fpart.part.model.graph.node if fpart is not None else None, facts=facts)
     o_inputs = {i.name for i in original.graph.input}
     rcap = ([] if rpart is None else
             sorted((set(rpart.part.inputs) | set(rpart.checked)) - set(extra) - set(capture) - orig_names - o_inputs))
+    # the fixed model's session, where the gate will make it first thing (no whole-model run with the
+    # regions), is made in a thread beside the original's: onnxruntime releases the GIL while it
+    # loads and plans a model (the same session, made earlier)
+    early = None
+    if rpart is not None or not (fpart is None and any(b.inputs for b in boundaries)):
+        early = InThread(lambda: _fixed_session(fixed, extra))
     try:
         s_orig = session(_with_outputs(original, extra + capture + sorted(set(front) | set(rcap))))
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
+        if early is not None:
+            early.result()  # no session left loading behind the error
         raise original_failed(exc) from None
     feeds = list(inputs) if inputs is not None else make_inputs(original, seed=seed, samples=samples, sess=s_orig)
     fetched = set(extra) | set(capture) | set(front) | set(rcap)
@@ -560,13 +605,17 @@ def verify(
     whole = build_whole() if rpart is None else None
 
     def load_fixed():
-        try:
-            return session(_with_outputs(fixed, extra)), None
-        except Exception as exc:  # noqa: BLE001 - a rewrite that onnxruntime rejects fails the gate, not nafix
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-            check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
-                                f"the rewritten model does not load in onnxruntime: {first}")
-            return None, Verification(False, contract, list(rules), [check], src, len(feeds))
+        nonlocal early
+        if early is not None:
+            sess, first = early.result()
+            early = None
+        else:
+            sess, first = _fixed_session(fixed, extra)
+        if sess is not None:
+            return sess, None
+        check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
+                            f"the rewritten model does not load in onnxruntime: {first}")
+        return None, Verification(False, contract, list(rules), [check], src, len(feeds))
 
     if whole is not None:
         s_fix = whole.sess
@@ -942,8 +991,8 @@ def _subgraphs(model: onnx.ModelProto) -> bool:
                for n in model.graph.node for a in n.attribute)
 
 
-def proven_equal(original: onnx.ModelProto, fixed: onnx.ModelProto,
-                 in_changes: Mapping[str, IoChange]) -> tuple[set[str], list[onnx.NodeProto]] | None:
+def proven_equal(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Mapping[str, IoChange], *,
+                 facts: _Facts | None = None) -> tuple[set[str], list[onnx.NodeProto]] | None:
     """The tensors of ``fixed`` that are provably equal to ``original``'s tensor of the same name
     when both models run on the same feed, and the nodes of ``fixed`` that are not proven (in the
     fixed model's order), in one topological pass. A tensor is proven when it is an initializer
@@ -952,7 +1001,8 @@ def proven_equal(original: onnx.ModelProto, fixed: onnx.ModelProto,
     original's node of that output (op, domain, attributes, input and output names) whose inputs are
     all proven: onnxruntime computes a node from its inputs alone. None where the proof does not
     apply: subgraphs (If/Loop/Scan read outer tensors by name), different opsets or local functions,
-    a name both graph input and initializer (a feed may override it)."""
+    a name both graph input and initializer (a feed may override it). ``facts``: the gate's
+    :class:`_Facts` of these models, where the caller has them."""
     if _subgraphs(original) or _subgraphs(fixed):
         return None
     opsets = [{(o.domain or "ai.onnx"): o.version for o in m.opset_import} for m in (original, fixed)]
@@ -974,7 +1024,7 @@ def proven_equal(original: onnx.ModelProto, fixed: onnx.ModelProto,
         if (name in o_inputs and name not in in_changes
                 and o_inputs[name].type.SerializeToString() == vi.type.SerializeToString()):
             same.add(name)
-    producer = {o: n for n in original.graph.node for o in n.output if o}
+    producer = (facts or _Facts(original, fixed)).o_producer
     rest = []
     for n in fixed.graph.node:
         first = next((o for o in n.output if o), None)
@@ -1009,19 +1059,21 @@ _UNSET = object()
 
 
 def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Mapping[str, IoChange],
-               wanted: Sequence[str], *, proof=_UNSET) -> FixedPart | None:
+               wanted: Sequence[str], *, proof=_UNSET, facts: _Facts | None = None) -> FixedPart | None:
     """The :class:`FixedPart` that yields ``wanted`` tensors of ``fixed`` as running the whole fixed
     model would, or None where the whole model is to run (no proof, nothing proven, a part of more
     than half the nodes, a wanted tensor neither proven nor computed by the part). ``proof``: what
-    :func:`proven_equal` returns for these models, where the caller has it."""
+    :func:`proven_equal` returns for these models, where the caller has it; ``facts``: their
+    :class:`_Facts`, likewise."""
+    facts = facts or _Facts(original, fixed)
     if proof is _UNSET:
-        proof = proven_equal(original, fixed, in_changes)
+        proof = proven_equal(original, fixed, in_changes, facts=facts)
     if proof is None:
         return None
     same, rest = proof
     if not rest or len(rest) == len(fixed.graph.node):
         return None
-    keep = _with_constant_inputs(fixed, rest, same)
+    keep = _with_constant_inputs(fixed, rest, same, facts.f_const, producer=facts.f_producer)
     if len(keep) > PART_MAX_FRACTION * len(fixed.graph.node) or len(keep) == len(fixed.graph.node):
         return None
     part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
@@ -1044,13 +1096,16 @@ def _computed_from_initializers(model: onnx.ModelProto) -> set[str]:
 
 
 def _with_constant_inputs(fixed: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], same: set[str],
-                          const: set[str] | None = None) -> set[int]:
+                          const: set[str] | None = None, *,
+                          producer: Mapping[str, onnx.NodeProto] | None = None) -> set[int]:
     """The ids of ``nodes`` and of the nodes computing, from initializers alone, a proven tensor they
     read (e.g. a weight's DequantizeLinear): a part computes such a tensor again, by the same nodes
     from the same bytes, rather than having it fetched from the original's run and fed (fetching
     keeps every such tensor of the original's run apart, and copies it). ``const``:
-    :func:`_computed_from_initializers` of ``fixed``, where the caller has it."""
-    producer = {o: n for n in fixed.graph.node for o in n.output if o}
+    :func:`_computed_from_initializers` of ``fixed``, and ``producer`` its nodes by output, where the
+    caller has them."""
+    if producer is None:
+        producer = {o: n for n in fixed.graph.node for o in n.output if o}
     if const is None:
         const = _computed_from_initializers(fixed)
     keep = {id(n) for n in nodes}
@@ -1090,7 +1145,8 @@ def _same_node(m: onnx.NodeProto | None, n: onnx.NodeProto) -> bool:
 
 
 def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wanted: Sequence[str],
-                   io_changed: bool = False, replaces: Sequence[onnx.NodeProto] | None = None) -> RewrittenPart | None:
+                   io_changed: bool = False, replaces: Sequence[onnx.NodeProto] | None = None, *,
+                   facts: _Facts | None = None) -> RewrittenPart | None:
     """The fixed model's unproven nodes (``proof`` from :func:`proven_equal`) that are not the
     original's node of the same output (or that read a fixed-model initializer or graph input not
     proven equal): the rewritten nodes. Fed the original's values of what they read, they compute the
@@ -1103,19 +1159,21 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
     they read or a checked or ``wanted`` tensor that is not the original's. Too many: more than
     REWRITTEN_MAX_FRACTION of the nodes the gate runs otherwise (``replaces``: the part's, default the
     whole fixed model's), counting nodes that compute from more than initializers, and counting
-    convolutions and matrix products alone (where most of the time goes)."""
+    convolutions and matrix products alone (where most of the time goes). ``facts``: the gate's
+    :class:`_Facts` of these models, where the caller has them."""
     if proof is None or io_changed:
         return None
     same, rest = proof
-    producer = {o: n for n in original.graph.node for o in n.output if o}
-    f_made = {o for n in fixed.graph.node for o in n.output if o}
+    facts = facts or _Facts(original, fixed)
+    producer = facts.o_producer
+    f_made = facts.f_made
     diff = [n for n in rest if not (_same_node(producer.get(next((o for o in n.output if o), "")), n)
                                     and all(i in same or i in f_made for i in n.input if i))]
     heavy = lambda nodes: sum(1 for n in nodes if n.op_type in HEAVY_OPS)  # noqa: E731
     runs = list(fixed.graph.node) if replaces is None else list(replaces)
     if not diff or heavy(diff) > REWRITTEN_MAX_FRACTION * heavy(runs):
         return None
-    const = _computed_from_initializers(fixed)
+    const = facts.f_const
     computing = lambda nodes: sum(1 for n in nodes if any(i not in const for i in n.input if i))  # noqa: E731
     if computing(diff) > REWRITTEN_MAX_FRACTION * computing(runs):
         return None
@@ -1137,9 +1195,11 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
                     if id(r) not in ids:
                         diff.append(r)
                         ids.add(id(r))
-    keep = _with_constant_inputs(fixed, diff + _dequantized_reads(fixed, diff, ids, producer, same, const), same, const)
+    keep = _with_constant_inputs(fixed, diff + _dequantized_reads(fixed, diff, ids, producer, same, const,
+                                                                  f_producer=facts.f_producer),
+                                 same, const, producer=facts.f_producer)
     part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
-    o_made = _tensor_names(original)
+    o_made = facts.o_made
     o_inputs = {vi.name for vi in original.graph.input}
     # what the rewritten nodes read from the rest: proven graph inputs, or tensors of nodes that are
     # the original's (proven by the induction); either way the original computes them by that name
@@ -1155,7 +1215,8 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
 
 
 def _dequantized_reads(fixed: onnx.ModelProto, diff: Sequence[onnx.NodeProto], ids: set[int],
-                       producer: Mapping[str, onnx.NodeProto], same: set[str], const: set[str]) -> list[onnx.NodeProto]:
+                       producer: Mapping[str, onnx.NodeProto], same: set[str], const: set[str], *,
+                       f_producer: Mapping[str, onnx.NodeProto] | None = None) -> list[onnx.NodeProto]:
     """The DequantizeLinear nodes of ``fixed`` whose float activation the rewritten nodes ``diff``
     (ids ``ids``) read, where such a node is the original's node of that tensor (``producer``: the
     original's nodes by output) with a proven scale and zero-point (in ``same``), and reads a tensor
@@ -1165,7 +1226,8 @@ def _dequantized_reads(fixed: onnx.ModelProto, diff: Sequence[onnx.NodeProto], i
     and the same parameters; onnxruntime computes a node from its inputs alone): the part then reads
     the int8 tensor, and the original's run fetches that rather than the float one (onnxruntime's
     session costs grow faster than the graph with float activations fetched as outputs)."""
-    f_producer = {o: n for n in fixed.graph.node for o in n.output if o}
+    if f_producer is None:  # the fixed model's nodes by output, where the caller does not have them
+        f_producer = {o: n for n in fixed.graph.node for o in n.output if o}
     made_by_diff = {o for n in diff for o in n.output if o}
     out: list[onnx.NodeProto] = []
     taken: set[int] = set()
@@ -1617,6 +1679,38 @@ def _edge_out(g: np.ndarray, ch: IoChange) -> np.ndarray:
 
 def _tensor_names(model: onnx.ModelProto) -> set[str]:
     return {o for n in model.graph.node for o in n.output if o}
+
+
+class _Facts:
+    """What the gate's proof reads of the original and the fixed model (tensor names, producers,
+    tensors computed from initializers alone), each read off the graphs once, when first asked for,
+    rather than once per check. The models are not edited while the gate holds it."""
+
+    def __init__(self, original: onnx.ModelProto, fixed: onnx.ModelProto):
+        self.original, self.fixed = original, fixed
+
+    @functools.cached_property
+    def o_producer(self) -> dict[str, onnx.NodeProto]:
+        return {o: n for n in self.original.graph.node for o in n.output if o}
+
+    @functools.cached_property
+    def f_producer(self) -> dict[str, onnx.NodeProto]:
+        return {o: n for n in self.fixed.graph.node for o in n.output if o}
+
+    @functools.cached_property
+    def o_made(self) -> set[str]:
+        """:func:`_tensor_names` of the original."""
+        return set(self.o_producer)
+
+    @functools.cached_property
+    def f_made(self) -> set[str]:
+        """:func:`_tensor_names` of the fixed model."""
+        return set(self.f_producer)
+
+    @functools.cached_property
+    def f_const(self) -> set[str]:
+        """:func:`_computed_from_initializers` of the fixed model."""
+        return _computed_from_initializers(self.fixed)
 
 
 def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:

@@ -1,0 +1,166 @@
+"""The gate's speed-ups against what they replace: the fixed model's session made in a thread beside
+the original's (the same verdicts, the same failures, no thread left behind)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from fixer import verify as verify_mod
+from fixer.errors import InputError
+from fixer.rules import VerifyContract
+
+
+def _model(op="LeakyRelu", alpha=0.1, w_scale=1.0):
+    rng = np.random.default_rng(5)
+    w = (rng.standard_normal((4, 4, 1, 1)) * 0.5 * w_scale).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["t"], name="conv", kernel_shape=[1, 1]),
+             helper.make_node(op, ["t"], ["y"], name="act", **({"alpha": alpha} if op == "LeakyRelu" else {}))]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _beside_threads():
+    return [t for t in threading.enumerate() if t.name == "nafix-beside"]
+
+
+class _Inline:
+    """verify_mod.InThread, called where it is made (the gate as it was: one session after the other)."""
+
+    def __init__(self, func):
+        try:
+            self._value, self._exc = func(), None
+        except BaseException as exc:  # noqa: BLE001
+            self._value, self._exc = None, exc
+
+    def result(self):
+        if self._exc is not None:
+            raise self._exc
+        return self._value
+
+
+@pytest.mark.parametrize("fixed", [_model(), _model(alpha=0.2), _model(w_scale=1.001), _model(op="Relu")])
+def test_session_beside_gives_the_verdicts_of_sessions_one_after_the_other(fixed, monkeypatch):
+    orig = _model()
+    beside = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"))
+    monkeypatch.setattr(verify_mod, "InThread", _Inline)
+    inline = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"))
+    assert beside.as_dict() == inline.as_dict()
+    assert not _beside_threads()
+
+
+def test_a_fixed_model_onnxruntime_rejects_fails_the_gate_from_the_thread():
+    bad = _model(op="NoSuchOp")
+    v = verify_mod.verify(_model(), bad, contract=VerifyContract("exact"))
+    assert not v.ok
+    assert [c.name for c in v.outputs] == ["<model>"]
+    assert "does not load in onnxruntime" in v.outputs[0].detail and "NoSuchOp" in v.outputs[0].detail
+    assert not _beside_threads()
+
+
+def test_an_original_onnxruntime_rejects_is_an_input_error_with_no_session_left_loading():
+    with pytest.raises(InputError):
+        verify_mod.verify(_model(op="NoSuchOp"), _model(), contract=VerifyContract("exact"))
+    assert not _beside_threads()
+
+
+def test_in_thread_returns_the_value_or_raises_the_exception():
+    assert verify_mod.InThread(lambda: 41 + 1).result() == 42
+
+    def boom():
+        raise ValueError("x")
+
+    with pytest.raises(ValueError, match="x"):
+        verify_mod.InThread(boom).result()
+
+
+def _chain_pair():
+    """A QDQ-free conv chain and a copy with its middle activation changed and a weight renamed."""
+    rng = np.random.default_rng(9)
+    def build(alpha, wname):
+        inits, nodes, x = [], [], "x"
+        for i in range(4):
+            name = wname if i == 1 else f"w{i}"
+            inits.append(numpy_helper.from_array((rng.standard_normal((4, 4, 1, 1)) * 0.4).astype(np.float32), name))
+            nodes.append(helper.make_node("Conv", [x, name], [f"c{i}"], name=f"conv{i}", kernel_shape=[1, 1]))
+            nodes.append(helper.make_node("LeakyRelu", [f"c{i}"], [f"a{i}"], name=f"act{i}",
+                                          alpha=alpha if i == 2 else 0.1))
+            x = f"a{i}"
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                              [helper.make_tensor_value_info(x, TensorProto.FLOAT, None)], inits)
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    rng = np.random.default_rng(9)
+    orig = build(0.1, "w1")
+    rng = np.random.default_rng(9)
+    return orig, build(0.2, "w1_new")
+
+
+def test_facts_give_what_each_check_reads_of_the_graphs_itself():
+    orig, fixed = _chain_pair()
+    facts = verify_mod._Facts(orig, fixed)
+    assert facts.o_made == verify_mod._tensor_names(orig) and facts.f_made == verify_mod._tensor_names(fixed)
+    assert facts.f_const == verify_mod._computed_from_initializers(fixed)
+    assert facts.o_producer == {o: n for n in orig.graph.node for o in n.output if o}
+    assert facts.f_producer["a2"].name == "act2"
+    for models in ((orig, fixed), (orig, orig), (fixed, orig)):
+        facts = verify_mod._Facts(*models)
+        alone = verify_mod.proven_equal(*models, {})
+        shared = verify_mod.proven_equal(*models, {}, facts=facts)
+        assert alone[0] == shared[0] and [n.name for n in alone[1]] == [n.name for n in shared[1]]
+        fp_alone = verify_mod.fixed_part(*models, {}, ["a3"])
+        fp_shared = verify_mod.fixed_part(*models, {}, ["a3"], proof=shared, facts=facts)
+        assert (fp_alone is None) == (fp_shared is None)
+        if fp_alone is not None:
+            assert fp_alone.part.model == fp_shared.part.model and fp_alone.frontier == fp_shared.frontier
+        rp_alone = verify_mod.rewritten_part(*models, alone, ["a3"])
+        rp_shared = verify_mod.rewritten_part(*models, shared, ["a3"], facts=facts)
+        assert (rp_alone is None) == (rp_shared is None)
+        if rp_alone is not None:
+            assert rp_alone.part.model == rp_shared.part.model and rp_alone.checked == rp_shared.checked
+    # the pair above has a part and rewritten nodes: the comparisons were not all None == None
+    facts = verify_mod._Facts(orig, fixed)
+    proof = verify_mod.proven_equal(orig, fixed, {}, facts=facts)
+    assert verify_mod.rewritten_part(orig, fixed, proof, ["a3"], facts=facts).checked == ("c1", "a2")  # conv1 reads the renamed weight
+
+
+def test_the_collector_is_paused_during_a_fix_and_restored_after_it_also_on_error(monkeypatch):
+    import gc
+    from pathlib import Path
+
+    from fixer import engine as engine_mod
+    from fixer.api import FixOptions, fix
+
+    sample = Path(__file__).resolve().parents[1] / "sample_models" / "movenet_like.onnx"
+    seen = []
+    real = engine_mod.run_engine
+
+    def spy(*a, **k):
+        seen.append(gc.isenabled())
+        return real(*a, **k)
+
+    monkeypatch.setattr(engine_mod, "run_engine", spy)
+    thresholds = gc.get_threshold()
+    assert gc.isenabled()
+    fix(sample, FixOptions(dry_run=True))
+    assert seen == [False] and gc.isenabled() and gc.get_threshold() == thresholds
+
+    def broken(*a, **k):
+        seen.append(gc.isenabled())
+        raise RuntimeError("engine broke")
+
+    monkeypatch.setattr(engine_mod, "run_engine", broken)
+    with pytest.raises(RuntimeError, match="engine broke"):
+        fix(sample, FixOptions(dry_run=True))
+    assert seen == [False, False] and gc.isenabled() and gc.get_threshold() == thresholds
+    gc.disable()  # a caller's disabled collector stays disabled
+    try:
+        with pytest.raises(RuntimeError):
+            fix(sample, FixOptions(dry_run=True))
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
