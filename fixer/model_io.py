@@ -153,11 +153,12 @@ def load_model(
     if renamed:
         warnings.append(f"{renamed} node(s) shared their name with another node (onnxruntime refuses that); "
                         "renamed NAME_1, NAME_2, ...")
-    # The checker reads serialized bytes: when loading changed nothing (no external data loaded, no
-    # input dimension pinned, no node renamed) the file's own bytes are the model, and serializing
-    # the parsed model again (its weights included) would only copy them.
-    unchanged = (imported is None and not scan.external and not renamed and not input_shapes
-                 and all(d.pinned_to is None for d in dyn))
+    # The checker reads serialized bytes: when loading changed nothing it checks (no external data
+    # loaded, no node renamed, no --input-shape; a symbolic batch dimension pinned to 1 is no change
+    # to the checker, which reads a dimension's value or name only to see that it has one of them)
+    # the file's own bytes are the model, and serializing the parsed model again (its weights
+    # included) would only copy them.
+    unchanged = imported is None and not scan.external and not renamed and not input_shapes
     clean = False
     try:
         onnx.checker.check_model(data if unchanged else model)

@@ -298,6 +298,82 @@ def test_toposort_sees_what_subgraphs_read():
     onnx.checker.check_model(out, full_check=True)
 
 
+def _random_dag(seed: int, n: int = 40) -> onnx.ModelProto:
+    """A graph of ``n`` nodes, each reading one to three earlier tensors (branches and joins), in
+    a shuffled file order; every node's output is a graph output so none is dropped."""
+    rng = random.Random(seed)
+    names = ["x"]
+    nodes = []
+    for i in range(n):
+        ins = rng.sample(names, min(len(names), rng.randint(1, 3)))
+        op = "Sum" if len(ins) > 1 else rng.choice(["Relu", "Sigmoid", "Neg"])
+        nodes.append(h.make_node(op, ins, [f"t{i}"], name=f"n{i}"))
+        names.append(f"t{i}")
+    rng.shuffle(nodes)
+    return make_model(nodes, [tv("x", [2])], [tv(f"t{i}", [2]) for i in range(n)])
+
+
+def _reference_order(model: onnx.ModelProto) -> list[str]:
+    g = ir.import_onnx(model)
+    g.toposort()
+    return [n.name for n in g.nodes]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_sorted_import_equals_toposort_on_dags(seed):
+    shuffled = _random_dag(seed)
+    want = _reference_order(shuffled)
+    g = ir.import_onnx(shuffled, sort=True)  # file order unsorted: the general sort
+    assert [n.name for n in g.nodes] == want
+    _assert_sorted(g.nodes)
+    # a file already in topological (not depth) order: the order comes from the import's depths
+    # and is the sort's (depth first, file order within a depth), not the file's
+    dag = _random_dag(seed)
+    rng = random.Random(seed + 100)
+    topo = []
+    ready = [n for n in dag.graph.node]
+    done = {"x"}
+    while ready:  # a random topological order: repeatedly pick any node whose inputs are defined
+        avail = [n for n in ready if all(i in done for i in n.input)]
+        pick = rng.choice(avail)
+        ready.remove(pick)
+        topo.append(pick)
+        done.update(pick.output)
+    del dag.graph.node[:]
+    dag.graph.node.extend(topo)
+    assert [n.name for n in dag.graph.node] != _reference_order(dag)  # (40 random nodes: not by depth)
+    got = ir.import_onnx(dag, sort=True)
+    assert [n.name for n in got.nodes] == _reference_order(dag)
+    _assert_sorted(got.nodes)
+    depth: dict[str, int] = {}
+    for n in got.nodes:  # non-decreasing depth
+        depth[n.outputs[0].name] = 1 + max((depth.get(t.name, -1) for t in n.inputs), default=-1)
+    levels = [depth[n.outputs[0].name] for n in got.nodes]
+    assert levels == sorted(levels) and levels[-1] > 0
+
+
+def test_sorted_import_equals_toposort_on_models():
+    for model in [onnx.load(p) for p in SAMPLES] + [if_model(), chain_model()]:
+        assert [n.name for n in ir.import_onnx(model, sort=True).nodes] == _reference_order(model)
+    reversed_if = if_model()  # subgraphs read outer tensors: the general sort decides
+    nodes = list(reversed_if.graph.node)[::-1]
+    del reversed_if.graph.node[:]
+    reversed_if.graph.node.extend(nodes)
+    names = [n.name for n in ir.import_onnx(reversed_if, sort=True).nodes]
+    assert names == _reference_order(reversed_if) and names.index("pre") < names.index("if")
+
+
+def test_sorted_import_rejects_a_cycle():
+    nodes = [h.make_node("Relu", ["b"], ["a"], name="n1"), h.make_node("Relu", ["a"], ["b"], name="n2")]
+    model = make_model(nodes, [tv("x", [2])], [tv("a", [2])], infer=False)
+    with pytest.raises(ValueError, match="cycle"):
+        ir.import_onnx(model, sort=True)
+    self_loop = make_model([h.make_node("Relu", ["x"], ["a"], name="r"), h.make_node("Add", ["a", "y"], ["y"], name="n")],
+                           [tv("x", [2])], [tv("y", [2])], infer=False)
+    with pytest.raises(ValueError, match="cycle"):
+        ir.import_onnx(self_loop, sort=True)
+
+
 def test_toposort_rejects_a_cycle():
     a, b = ir.Variable("a"), ir.Variable("b")
     g = ir.Graph(nodes=[ir.Node("Relu", "n1", inputs=[a], outputs=[b]), ir.Node("Relu", "n2", inputs=[b], outputs=[a])])

@@ -241,6 +241,47 @@ def test_checker_warning_is_the_same_from_the_file_bytes_and_from_the_model(tmp_
     assert lines[0] and lines[0] == lines[1]
 
 
+@pytest.mark.parametrize("ir_version", [8, 2], ids=["valid", "refused (IR < 3)"])
+@pytest.mark.parametrize("batch", ["N", None, -1], ids=["named batch", "unset batch", "negative batch"])
+def test_a_pinned_batch_is_checked_from_the_file_bytes(tmp_path, monkeypatch, ir_version, batch):
+    # a symbolic batch pinned to 1 (no --input-shape): the checker reads the file's bytes, and says
+    # what it says of the pinned model
+    x = tv("x", [1, 4])
+    d = x.type.tensor_type.shape.dim[0]
+    if batch == "N":
+        d.dim_param = "N"
+    elif batch is None:
+        d.Clear()
+    else:
+        d.dim_value = batch
+    m = h.make_model(h.make_graph([h.make_node("Relu", ["x"], ["y"], name="r")], "g", [x], [tv("y", [1, 4])]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = ir_version
+    src = tmp_path / "m.onnx"
+    src.write_bytes(m.SerializeToString())
+    seen: list = []
+    check = onnx.checker.check_model
+
+    def spy(model, *a, **k):
+        seen.append(model)
+        return check(model, *a, **k)
+
+    monkeypatch.setattr(onnx.checker, "check_model", spy)
+    lm = load_model(src)
+    assert [(dd.axis, dd.pinned_to) for dd in lm.dynamic_dims] == [(0, 1)]
+    assert [type(s) for s in seen] == [bytes] and seen[0] == src.read_bytes()
+    pinned = onnx.ModelProto()
+    pinned.CopyFrom(m)
+    pinned.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 1
+    try:
+        check(pinned)
+        want = []
+    except onnx.checker.ValidationError as exc:
+        want = [f"onnx checker: {str(exc).strip().splitlines()[0]}"]
+    assert [w for w in lm.warnings if w.startswith("onnx checker")] == want
+    assert bool(want) == (ir_version == 2)
+
+
 def test_duplicate_node_names_are_renamed_once(tmp_path):
     nodes = [h.make_node("Relu", ["x"], ["a"], name="n"), h.make_node("Relu", ["a"], ["b"], name="n"),
              h.make_node("Relu", ["b"], ["y"], name="n_1")]

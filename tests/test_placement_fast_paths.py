@@ -179,3 +179,14 @@ def test_import_value_info_types_match_their_protos():
     tensors = g.tensors()
     for name in ("q1", "d1", "r"):
         assert (tensors[name].dtype, tensors[name].shape) == (built[name].dtype, built[name].shape)
+
+
+def test_by_name_maps_every_node_and_nested_names_to_their_owner():
+    a = placement.NodePlacement("a", "Relu", placement.HW)
+    b = placement.NodePlacement("b", "If", placement.SW)
+    flat = placement.Placement(nodes=[a, b], oe_export=False, profile="p")
+    assert flat.by_name == {"a": a, "b": b} and list(flat.by_name) == ["a", "b"]
+    nested = placement.Placement(nodes=[a, b], oe_export=False, profile="p",
+                                 nested={"inner": "b", "gone": "missing", "a": "b"})
+    # a subgraph node maps to its If; a top-level name wins over a nested one; an owner not placed is left out
+    assert nested.by_name == {"inner": b, "a": a, "b": b}

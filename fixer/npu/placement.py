@@ -99,6 +99,8 @@ class Placement:
     def by_name(self) -> dict[str, NodePlacement]:
         """Placement by node name; a subgraph node maps to its If/Loop/Scan (which runs it)."""
         own = {n.name: n for n in self.nodes}
+        if not self.nested:  # (no subgraph: the one table, not a merged copy of it)
+            return own
         return {**{k: own[v] for k, v in self.nested.items() if v in own}, **own}
 
     def sw_nodes(self) -> list[NodePlacement]:
