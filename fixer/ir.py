@@ -949,10 +949,7 @@ class _Importer:
         False)`` for :meth:`Graph.toposort`, else ``(nodes, True)``."""
         node = self.node
         graphs = self._graphs
-        #: id(tensor) -> the depth of its deepest producer so far (a node writing a tensor some node
-        #: read before it makes the file unsorted, so a tensor's depth is final when it is read)
         depth_of: dict[int, int] = {}
-        get = depth_of.get
         buckets: list[list[Node]] = []
         nodes: list[Node] = []
         nodes_append = nodes.append
@@ -964,16 +961,16 @@ class _Importer:
                 continue
             d = 0
             for t in n.inputs:
-                dp = get(id(t))
-                if dp is not None and dp >= d:
-                    d = dp + 1
+                for p in t.inputs:
+                    dp = depth_of.get(id(p))
+                    if dp is None:  # (the node itself: it reads what it writes)
+                        ok = False
+                    elif dp >= d:
+                        d = dp + 1
             for t in n.outputs:
                 if t.outputs:  # read before it is written (by an earlier node or this one)
                     ok = False
-                k = id(t)
-                dp = get(k)
-                if dp is None or dp < d:
-                    depth_of[k] = d
+            depth_of[id(n)] = d
             if d < len(buckets):
                 buckets[d].append(n)
             else:
