@@ -105,7 +105,8 @@ class GraphView:
     def __init__(self, model: onnx.ModelProto):
         self.model = model
         with gc_paused():
-            self.graph = ir.import_onnx(model, sort=True)
+            self.graph = ir.import_onnx(model)
+            self.graph.toposort()
         self.nested_owner = self._names_unique()
         self.input_names = frozenset(t.name for t in self.graph.inputs)
         self.output_names = frozenset(t.name for t in self.graph.outputs)

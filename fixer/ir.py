@@ -876,7 +876,7 @@ def _vi_type(vi) -> tuple[object, list | None, str | None]:
 
 
 class _Importer:
-    __slots__ = ("src", "types", "_decoded", "_graphs")
+    __slots__ = ("src", "types", "_decoded")
 
     def __init__(self, src: _Source, types: bool = True):
         self.types = types
@@ -884,7 +884,6 @@ class _Importer:
         #: serialized TypeProto -> its _vi_type: a graph repeats few distinct types (13k value_infos
         #: of the shared models, 1.5k distinct), and one serialization is cheaper than the field walk
         self._decoded: dict[bytes, tuple] = {}
-        self._graphs = 0  # GRAPH attributes imported so far (subgraphs)
 
     def _type_of(self, vi, key: bytes) -> tuple[object, list | None, str | None]:
         """``_vi_type(vi)`` (``key``: ``vi.type`` serialized), with a fresh shape list."""
@@ -894,8 +893,7 @@ class _Importer:
         dtype, shape, kind = known
         return dtype, (shape[:] if shape is not None else None), kind
 
-    def graph(self, gp: onnx.GraphProto, outer: list[dict], sort: bool = False) -> Graph:
-        """The graph of ``gp``; with ``sort`` its nodes in :meth:`Graph.toposort`'s order."""
+    def graph(self, gp: onnx.GraphProto, outer: list[dict]) -> Graph:
         src = self.src
         local: dict[str, Tensor] = {}
         for init in gp.initializer:
@@ -917,12 +915,8 @@ class _Importer:
         nodes = []
         scope = outer + [local]
         nodes_append = nodes.append
-        sorted_ = None
-        if sort:
-            nodes, sorted_ = self._sorted_nodes(gp, local, outer, scope)
-        else:
-            for npr in gp.node:
-                nodes_append(self.node(npr, local, outer, scope))
+        for npr in gp.node:
+            nodes_append(self.node(npr, local, outer, scope))
         g = Graph.__new__(Graph)
         g.nodes = nodes
         g.inputs = inputs
@@ -935,51 +929,7 @@ class _Importer:
         g.producer_version = ""
         g.ir_version = None
         g._src = src
-        if sorted_ is False:  # not sorted already, or with subgraphs: the general sort
-            g.toposort()
         return g
-
-    def _sorted_nodes(self, gp: onnx.GraphProto, local: dict, outer: list[dict], scope: list[dict]):
-        """The nodes of ``gp`` in :meth:`Graph.toposort`'s order, from depths computed as they are
-        imported: a node's depth is one more than the deepest of the nodes producing what it reads
-        (0 when none), and nodes of equal depth keep the file's order. That is the order of the
-        sort's own fast path, which applies when every node comes after the producers of what it
-        reads; otherwise (a node writes a tensor some node read before it, or some node has a
-        subgraph: the sort reads what subgraphs read from outside) returns ``(nodes in file order,
-        False)`` for :meth:`Graph.toposort`, else ``(nodes, True)``."""
-        node = self.node
-        graphs = self._graphs
-        depth_of: dict[int, int] = {}
-        buckets: list[list[Node]] = []
-        nodes: list[Node] = []
-        nodes_append = nodes.append
-        ok = True
-        for npr in gp.node:
-            n = node(npr, local, outer, scope)
-            nodes_append(n)
-            if not ok:
-                continue
-            d = 0
-            for t in n.inputs:
-                for p in t.inputs:
-                    dp = depth_of.get(id(p))
-                    if dp is None:  # (the node itself: it reads what it writes)
-                        ok = False
-                    elif dp >= d:
-                        d = dp + 1
-            for t in n.outputs:
-                if t.outputs:  # read before it is written (by an earlier node or this one)
-                    ok = False
-            depth_of[id(n)] = d
-            if d < len(buckets):
-                buckets[d].append(n)
-            else:
-                buckets.append([n])
-        if not ok or self._graphs != graphs:
-            return nodes, False
-        if len(buckets) < 2:
-            return nodes, True
-        return [n for b in buckets for n in b], True
 
     def _value_info(self, vi, local: dict, outer, *, update: bool) -> Tensor:
         name = vi.name
@@ -1082,7 +1032,6 @@ class _Importer:
         if t == _A_TENSOR:
             return _constant_from_proto(a.t, self.src)
         if t == _A_GRAPH:
-            self._graphs += 1
             return self.graph(a.g, scope)
         if t == _A_STRINGS:
             return [s.decode() for s in a.strings]
@@ -1117,15 +1066,13 @@ def model_opset(model: onnx.ModelProto, missing=0):
     return missing
 
 
-def import_onnx(model: onnx.ModelProto, *, value_info: bool = True, sort: bool = False) -> Graph:
+def import_onnx(model: onnx.ModelProto, *, value_info: bool = True) -> Graph:
     """The graph of ``model`` (one pass over the protobuf; constants are not decoded). With
     ``value_info=False`` the types of intermediate tensors are not read (graph inputs' and outputs'
-    are): a graph to read structure and constants from, not to export. With ``sort`` the nodes are
-    in the order :meth:`Graph.toposort` gives (subgraphs' too), from depths the import computes
-    when the file's order allows (raises ``ValueError`` on a cycle, as the sort does)."""
+    are): a graph to read structure and constants from, not to export."""
     src = _Source()
     src.functions = model.functions
-    g = _Importer(src, value_info).graph(model.graph, [], sort=sort)
+    g = _Importer(src, value_info).graph(model.graph, [])
     g.opset = model_opset(model) or None
     g.import_domains = [_copy_opset(i) for i in model.opset_import]
     g.producer_name = model.producer_name
