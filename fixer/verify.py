@@ -1073,7 +1073,7 @@ def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Ma
     same, rest = proof
     if not rest or len(rest) == len(fixed.graph.node):
         return None
-    keep = _with_constant_inputs(fixed, rest, same, facts.f_const, producer=facts.f_producer)
+    keep = _with_constant_inputs(rest, same, facts.f_const, facts.f_producer)
     if len(keep) > PART_MAX_FRACTION * len(fixed.graph.node) or len(keep) == len(fixed.graph.node):
         return None
     part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
@@ -1095,19 +1095,13 @@ def _computed_from_initializers(model: onnx.ModelProto) -> set[str]:
     return const
 
 
-def _with_constant_inputs(fixed: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], same: set[str],
-                          const: set[str] | None = None, *,
-                          producer: Mapping[str, onnx.NodeProto] | None = None) -> set[int]:
+def _with_constant_inputs(nodes: Sequence[onnx.NodeProto], same: set[str], const: set[str],
+                          producer: Mapping[str, onnx.NodeProto]) -> set[int]:
     """The ids of ``nodes`` and of the nodes computing, from initializers alone, a proven tensor they
     read (e.g. a weight's DequantizeLinear): a part computes such a tensor again, by the same nodes
     from the same bytes, rather than having it fetched from the original's run and fed (fetching
     keeps every such tensor of the original's run apart, and copies it). ``const``:
-    :func:`_computed_from_initializers` of ``fixed``, and ``producer`` its nodes by output, where the
-    caller has them."""
-    if producer is None:
-        producer = {o: n for n in fixed.graph.node for o in n.output if o}
-    if const is None:
-        const = _computed_from_initializers(fixed)
+    :func:`_computed_from_initializers` of the fixed model, ``producer``: its nodes by output."""
     keep = {id(n) for n in nodes}
     todo = [i for n in nodes for i in n.input if i and i in same and i in producer and i in const]
     while todo:
@@ -1195,9 +1189,8 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
                     if id(r) not in ids:
                         diff.append(r)
                         ids.add(id(r))
-    keep = _with_constant_inputs(fixed, diff + _dequantized_reads(fixed, diff, ids, producer, same, const,
-                                                                  f_producer=facts.f_producer),
-                                 same, const, producer=facts.f_producer)
+    keep = _with_constant_inputs(diff + _dequantized_reads(diff, ids, producer, same, const, facts.f_producer),
+                                 same, const, facts.f_producer)
     part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
     o_made = facts.o_made
     o_inputs = {vi.name for vi in original.graph.input}
@@ -1214,20 +1207,18 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
     return RewrittenPart(part, checked)
 
 
-def _dequantized_reads(fixed: onnx.ModelProto, diff: Sequence[onnx.NodeProto], ids: set[int],
-                       producer: Mapping[str, onnx.NodeProto], same: set[str], const: set[str], *,
-                       f_producer: Mapping[str, onnx.NodeProto] | None = None) -> list[onnx.NodeProto]:
-    """The DequantizeLinear nodes of ``fixed`` whose float activation the rewritten nodes ``diff``
-    (ids ``ids``) read, where such a node is the original's node of that tensor (``producer``: the
-    original's nodes by output) with a proven scale and zero-point (in ``same``), and reads a tensor
+def _dequantized_reads(diff: Sequence[onnx.NodeProto], ids: set[int],
+                       producer: Mapping[str, onnx.NodeProto], same: set[str], const: set[str],
+                       f_producer: Mapping[str, onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """The DequantizeLinear nodes of the fixed model (``f_producer``: its nodes by output) whose float
+    activation the rewritten nodes ``diff`` (ids ``ids``) read, where such a node is the original's
+    node of that tensor (``producer``: the original's nodes by output) with a proven scale and zero-point (in ``same``), and reads a tensor
     that a node computes in both models, no rewritten node among them, and not from initializers
     alone (``const``: those are :func:`_with_constant_inputs`'). In the rewritten nodes' part such a node computes the
     original's value of its output again, bit for bit (the same node on the original's int8 values
     and the same parameters; onnxruntime computes a node from its inputs alone): the part then reads
     the int8 tensor, and the original's run fetches that rather than the float one (onnxruntime's
     session costs grow faster than the graph with float activations fetched as outputs)."""
-    if f_producer is None:  # the fixed model's nodes by output, where the caller does not have them
-        f_producer = {o: n for n in fixed.graph.node for o in n.output if o}
     made_by_diff = {o for n in diff for o in n.output if o}
     out: list[onnx.NodeProto] = []
     taken: set[int] = set()
@@ -1681,6 +1672,11 @@ def _tensor_names(model: onnx.ModelProto) -> set[str]:
     return {o for n in model.graph.node for o in n.output if o}
 
 
+def _producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
+    """The nodes of ``model`` by the tensors they compute."""
+    return {o: n for n in model.graph.node for o in n.output if o}
+
+
 class _Facts:
     """What the gate's proof reads of the original and the fixed model (tensor names, producers,
     tensors computed from initializers alone), each read off the graphs once, when first asked for,
@@ -1691,11 +1687,11 @@ class _Facts:
 
     @functools.cached_property
     def o_producer(self) -> dict[str, onnx.NodeProto]:
-        return {o: n for n in self.original.graph.node for o in n.output if o}
+        return _producers(self.original)
 
     @functools.cached_property
     def f_producer(self) -> dict[str, onnx.NodeProto]:
-        return {o: n for n in self.fixed.graph.node for o in n.output if o}
+        return _producers(self.fixed)
 
     @functools.cached_property
     def o_made(self) -> set[str]:

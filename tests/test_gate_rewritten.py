@@ -457,11 +457,13 @@ def test_a_dequantizelinear_not_proven_the_originals_is_not_computed_again():
     proof = verify_mod.proven_equal(orig, fixed, {})
     dq = next(n for n in fixed.graph.node if n.name == "dq1")
     diff = [n for n in fixed.graph.node if n.name.startswith("sub__")]
-    assert verify_mod._dequantized_reads(fixed, diff, {id(n) for n in diff}, {o: n for n in orig.graph.node for o in n.output},
-                                         proof[0], verify_mod._computed_from_initializers(fixed)) == []
-    assert dq not in verify_mod._dequantized_reads(fixed, diff, {id(n) for n in diff},
+    assert verify_mod._dequantized_reads(diff, {id(n) for n in diff}, {o: n for n in orig.graph.node for o in n.output},
+                                         proof[0], verify_mod._computed_from_initializers(fixed),
+                                         verify_mod._producers(fixed)) == []
+    assert dq not in verify_mod._dequantized_reads(diff, {id(n) for n in diff},
                                                    {o: n for n in fixed.graph.node for o in n.output}, set(),
-                                                   verify_mod._computed_from_initializers(fixed))
+                                                   verify_mod._computed_from_initializers(fixed),
+                                                   verify_mod._producers(fixed))
 
 
 @pytest.mark.parametrize("c", [0.75, 0.8])
