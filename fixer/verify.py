@@ -106,6 +106,20 @@ def loosest(contracts: Sequence[VerifyContract]) -> VerifyContract:
 
 
 def session(model: onnx.ModelProto):
+    """An onnxruntime session of ``model`` as written (no graph optimization); a large graph is made
+    and run as consecutive segments, the same values (:mod:`fixer.segments`)."""
+    from . import segments
+
+    cut = segments.plan(model)
+    if cut is not None:
+        try:
+            return segments.SegmentedSession(model, cut, _session)
+        except segments.Unsegmentable:
+            pass
+    return _session(model)
+
+
+def _session(model: onnx.ModelProto):
     import onnxruntime as ort
 
     opts = ort.SessionOptions()

@@ -1,0 +1,290 @@
+"""onnxruntime sessions of large graphs, made and run as consecutive segments.
+
+Making an onnxruntime session costs more than linear time in the graph's size (onnxruntime 1.32, a
+QDQ conv chain without graph optimizations: 0.11 s for 3,141 nodes, 2.4 s for 31,404 even with the
+initializers kept in place, :func:`fixer.model_io.runtime_session`; the rest is spread over its
+graph resolution, planning and allocator). A graph of :data:`SEGMENT_FROM` nodes or more is cut, in
+topological order, into segments of about :data:`SEGMENT_NODES` nodes; each is a model of its own
+(its nodes, the initializers they read, the value_info of what they make) whose inputs are the graph
+inputs and earlier segments' tensors it reads, typed and shaped as onnxruntime inferred them in the
+segment that makes them. Run in order, the segments compute what the whole graph computes, bit for
+bit: without graph optimizations onnxruntime computes each node from its inputs alone, with the same
+kernel. Every node still loads in a session, against the types and shapes its inputs have in the
+whole graph, so a node onnxruntime rejects is rejected here too (in its segment's session).
+
+What is not cut (:func:`plan` returns None; the caller makes one session as before): graphs below
+:data:`SEGMENT_FROM` nodes, graphs with subgraphs (If, Loop, Scan read outer tensors implicitly),
+sparse initializers, a graph input that is also an initializer (its value may be fed or not), a
+graph input no node reads, a tensor made twice or read but never made, a cycle, a graph output that
+no node makes. onnxruntime's own error is then the one reported for a graph it cannot load.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import onnx
+from onnx import helper
+
+#: Graphs with at least this many nodes are made and run as segments (every real model nafix was
+#: measured on has fewer than 1,400 nodes; a GRU unrolled for --quantize may have 15,000).
+SEGMENT_FROM = 8_000
+#: Nodes per segment: about where a session's cost per node stops growing with the graph's size.
+SEGMENT_NODES = 1_000
+#: Default-domain operators with subgraph attributes (other domains' nodes are read for them).
+_SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How a graph is cut: ``segments`` (node indexes in topological order, per segment),
+    ``inputs`` (per segment, in order: the tensors it reads that it does not make and that are not
+    initializers), ``outputs`` (per segment: what it makes that a later segment reads or that is a
+    graph output), ``last_read`` (tensor -> the last segment that reads it), ``reads`` and
+    ``writes`` (per node: the names it reads and makes, empty names left out)."""
+
+    segments: list[list[int]]
+    inputs: list[list[str]]
+    outputs: list[list[str]]
+    last_read: dict[str, int]
+    reads: list[list[str]]
+    writes: list[list[str]]
+
+
+def plan(model: onnx.ModelProto, *, from_nodes: int | None = None, per_segment: int | None = None) -> Plan | None:
+    """How ``model``'s graph is cut into segments, or None where it stays whole (see the module)."""
+    from_nodes = SEGMENT_FROM if from_nodes is None else from_nodes
+    per_segment = SEGMENT_NODES if per_segment is None else per_segment
+    g = model.graph
+    nodes = g.node
+    if len(nodes) < max(from_nodes, 2 * per_segment) or len(g.sparse_initializer):
+        return None
+    graph_inputs = [i.name for i in g.input]
+    inits = {t.name for t in g.initializer}
+    if inits.intersection(graph_inputs) or len(set(graph_inputs)) != len(graph_inputs):
+        return None
+    sub = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    producer: dict[str, int] = {}
+    reads: list[list[str]] = []
+    writes: list[list[str]] = []
+    taken = inits.union(graph_inputs)
+    for k, n in enumerate(nodes):
+        if n.op_type in _SUBGRAPH_OPS or (n.domain not in ("", "ai.onnx")
+                                          and any(a.type in sub for a in n.attribute)):
+            return None
+        outs = list(n.output)
+        if "" in outs:
+            outs = [o for o in outs if o]
+        for o in outs:
+            if o in producer or o in taken:
+                return None
+            producer[o] = k
+        writes.append(outs)
+        ins = list(n.input)
+        reads.append([t for t in ins if t] if "" in ins else ins)
+    known = inits.union(graph_inputs)
+    # each node's producers, in the order it reads them; the graph inputs nodes read
+    preds: list[list[int]] = []
+    read_inputs: set[str] = set()
+    for ins in reads:
+        ps: dict[int, None] = {}
+        for t in ins:
+            p = producer.get(t)
+            if p is not None:
+                ps[p] = None
+            elif t not in known:
+                return None  # read but never made: onnxruntime's error, from the whole graph
+            elif t not in inits:
+                read_inputs.add(t)
+        preds.append(list(ps))
+    if len(read_inputs) != len(graph_inputs) or any(o.name not in producer for o in g.output):
+        return None
+    # depth-first post-order from the graph outputs (then from nodes nothing reached): each node
+    # right after what it reads, so a weight's DequantizeLinear lands beside its Conv and few tensors
+    # cross from one segment to another
+    state = [0] * len(nodes)  # 0 not seen, 1 on the path, 2 placed
+    order: list[int] = []
+    roots = [producer[o.name] for o in g.output] + list(range(len(nodes)))
+    for root in roots:
+        if state[root]:
+            continue
+        state[root] = 1
+        stack = [(root, iter(preds[root]))]
+        while stack:
+            k, it = stack[-1]
+            for p in it:
+                if state[p] == 0:
+                    state[p] = 1
+                    stack.append((p, iter(preds[p])))
+                    break
+                if state[p] == 1:
+                    return None  # a cycle
+            else:
+                stack.pop()
+                state[k] = 2
+                order.append(k)
+    count = -(-len(order) // per_segment)
+    size = -(-len(order) // count)
+    segments = [order[i:i + size] for i in range(0, len(order), size)]
+    seg_of = {}
+    for s, idx in enumerate(segments):
+        for k in idx:
+            for o in writes[k]:
+                seg_of[o] = s
+    last_read: dict[str, int] = {}
+    inputs: list[list[str]] = []
+    for s, idx in enumerate(segments):
+        ins: dict[str, None] = {}
+        for k in idx:
+            for t in reads[k]:
+                if t not in inits and seg_of.get(t, -1) != s:
+                    ins[t] = None
+                    last_read[t] = s
+        inputs.append(list(ins))
+    graph_outputs = {o.name for o in g.output}
+    outputs = [[] for _ in segments]
+    for s, idx in enumerate(segments):
+        for k in idx:
+            for o in writes[k]:
+                if o in graph_outputs or last_read.get(o, -1) > s:
+                    outputs[s].append(o)
+    return Plan(segments, inputs, outputs, last_read, reads, writes)
+
+
+_ELEM_TYPES = {name.lower(): value for name, value in onnx.TensorProto.DataType.items()}
+
+
+def _value_info(arg) -> onnx.ValueInfoProto | None:
+    """A ValueInfoProto of onnxruntime's NodeArg ``arg`` (None for what is not a tensor)."""
+    t = arg.type or ""
+    if not (t.startswith("tensor(") and t.endswith(")")):
+        return None
+    elem = _ELEM_TYPES.get(t[len("tensor("):-1])
+    if elem is None:
+        return None
+    shape = arg.shape
+    dims = None if shape is None else [d if isinstance(d, (int, str)) else None for d in shape]
+    return helper.make_tensor_value_info(arg.name, elem, dims)
+
+
+class Unsegmentable(Exception):
+    """A boundary tensor onnxruntime does not describe as a tensor: the graph is made whole."""
+
+
+def _typed(v: onnx.ValueInfoProto | None) -> bool:
+    """``v`` declares a tensor with an element type (a segment input can be declared so)."""
+    return v is not None and v.type.HasField("tensor_type") and v.type.tensor_type.elem_type != 0
+
+
+class SegmentedSession:
+    """The graph of ``model`` cut as ``plan`` says, one onnxruntime session per segment, made by
+    ``make(segment_model)``; answers ``get_inputs``, ``get_outputs`` and ``run`` as one session of
+    the whole graph would (the same values, the same input and output descriptions).
+
+    A segment's input made by an earlier segment is declared as the graph's value_info (or output)
+    declares that tensor, which the segment making it checks as the whole graph would: then every
+    segment model is written first and the sessions are made ``workers`` at a time (onnxruntime
+    makes a session outside the GIL). Where such a tensor has no typed declaration, the segments are
+    made in order and it is declared as onnxruntime inferred it in the segment that makes it. The
+    first segment onnxruntime rejects, in graph order, raises its error."""
+
+    def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object], *,
+                 workers: int = 2):
+        g = model.graph
+        self._plan = cut
+        inits_of = {t.name: t for t in g.initializer}
+        vi = {v.name: v for v in g.value_info}
+        declared_in = {i.name: i for i in g.input}
+        declared_out = {o.name: o for o in g.output}
+        declared = {**vi, **declared_out}
+        upfront = all(_typed(declared.get(t)) for ins in cut.inputs for t in ins if t not in declared_in)
+        args: dict[str, object] = {}  # tensor -> onnxruntime's NodeArg, from the segment that makes or reads it first
+
+        def segment_model(s: int) -> onnx.ModelProto:
+            idx = cut.segments[s]
+            sg = onnx.GraphProto(name=f"{g.name or 'graph'}_segment{s}")
+            sg.node.extend(g.node[k] for k in idx)
+            seen: set[str] = set()
+            made = {o for k in idx for o in cut.writes[k]}
+            for k in idx:
+                for t in cut.reads[k]:
+                    if t in inits_of and t not in seen:
+                        seen.add(t)
+                        sg.initializer.append(inits_of[t])
+            for t in cut.inputs[s]:
+                if t in declared_in:
+                    sg.input.append(declared_in[t])
+                elif upfront:
+                    sg.input.append(declared[t])
+                else:
+                    v = _value_info(args[t])
+                    if v is None:
+                        raise Unsegmentable(t)
+                    sg.input.append(v)
+            for t in cut.outputs[s]:
+                sg.output.append(declared_out[t] if t in declared_out else onnx.ValueInfoProto(name=t))
+            sg.value_info.extend(vi[t] for t in made if t in vi and t not in declared_out)
+            return onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                                   functions=model.functions, graph=sg)
+
+        if upfront:
+            from concurrent.futures import ThreadPoolExecutor
+
+            models = [segment_model(s) for s in range(len(cut.segments))]
+            with ThreadPoolExecutor(max(1, workers), thread_name_prefix="nafix-segment") as pool:
+                self._sessions = list(pool.map(make, models))  # in order: the first rejected segment's error
+        else:
+            self._sessions = []
+            for s in range(len(cut.segments)):
+                sess = make(segment_model(s))
+                for a in sess.get_outputs():
+                    args[a.name] = a
+                self._sessions.append(sess)
+        for sess in self._sessions:
+            for a in sess.get_inputs():
+                args.setdefault(a.name, a)
+            for a in sess.get_outputs():
+                args[a.name] = a
+        self._inputs = [args[i.name] for i in g.input]
+        self._outputs = [args[o.name] for o in g.output]
+        self._input_names = {i.name for i in g.input}
+
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        return list(self._outputs)
+
+    def run(self, names: Sequence[str] | None, feed: Mapping[str, object], run_options=None) -> list:
+        graph_outputs = [o.name for o in self._outputs]
+        names = graph_outputs if names is None else list(names)
+        for t in feed:
+            if t not in self._input_names:
+                raise ValueError(f"Invalid input name: {t}")
+        for t in names:
+            if t not in graph_outputs:
+                raise ValueError(f"Invalid output name:{t}")
+        missing = [t for t in self._input_names if t not in feed]
+        if missing:
+            raise ValueError(f"Required inputs ({missing}) are missing from input feed ({list(feed)}).")
+        cut = self._plan
+        wanted = set(names)
+        # the segments whose outputs are wanted or read by a segment that runs, last to first
+        runs = [False] * len(self._sessions)
+        need = set(wanted)
+        for s in range(len(self._sessions) - 1, -1, -1):
+            if any(t in need for t in cut.outputs[s]):
+                runs[s] = True
+                need.update(cut.inputs[s])
+        values = dict(feed)
+        for s, sess in enumerate(self._sessions):
+            if not runs[s]:
+                continue
+            outs = [t for t in cut.outputs[s] if t in need]
+            got = sess.run(outs, {t: values[t] for t in cut.inputs[s]}, run_options)
+            values.update(zip(outs, got))
+            for t in cut.inputs[s]:  # what no later segment reads and nobody asked for
+                if cut.last_read.get(t) == s and t not in wanted and t not in feed:
+                    del values[t]
+        return [values[t] for t in names]

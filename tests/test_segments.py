@@ -1,0 +1,237 @@
+"""Large graphs made and run as consecutive onnxruntime sessions (fixer.segments) against one
+session of the whole graph: the same values bit for bit, the same input and output descriptions,
+the same errors, the same gate verdicts; and the graphs that stay whole.
+
+The thresholds are lowered here (a graph of a few hundred nodes cut into segments of a few dozen):
+what is checked is the cut, not its size."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from fixer import segments
+from fixer import verify as verify_mod
+from fixer.api import FixOptions, fix
+from fixer.rules import VerifyContract
+
+
+def _wide(blocks: int = 40, *, value_info: bool = True) -> onnx.ModelProto:
+    """Two inputs; per block a 1x1 Conv (own weight), a skip Add to the output of the block 3 back,
+    a Clip with its min left out (an empty input name), a scale initializer shared by every block,
+    a Constant node; two outputs, one from the middle of the graph."""
+    rng = np.random.default_rng(0)
+    c = 4
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "shared_scale"),
+             numpy_helper.from_array(np.array(6.0, np.float32), "six")]
+    nodes = [helper.make_node("Add", ["x", "y"], ["h0"], name="in_add")]
+    hist = ["h0"]
+    for i in range(blocks):
+        w = (rng.standard_normal((c, c, 1, 1)) * 0.4).astype(np.float32)
+        inits.append(numpy_helper.from_array(w, f"w{i}"))
+        nodes += [
+            helper.make_node("Conv", [hist[-1], f"w{i}"], [f"conv{i}"], name=f"conv{i}"),
+            helper.make_node("Mul", [f"conv{i}", "shared_scale"], [f"mul{i}"], name=f"mul{i}"),
+            helper.make_node("Add", [f"mul{i}", hist[max(0, len(hist) - 3)]], [f"skip{i}"], name=f"skip{i}"),
+            helper.make_node("Constant", [], [f"k{i}"], name=f"const{i}",
+                             value=numpy_helper.from_array(np.array(0.01 * i, np.float32))),
+            helper.make_node("Sub", [f"skip{i}", f"k{i}"], [f"sub{i}"], name=f"sub{i}"),
+            helper.make_node("Clip", [f"sub{i}", "", "six"], [f"h{i + 1}"], name=f"clip{i}"),
+        ]
+        hist.append(f"h{i + 1}")
+    vi = [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, c, 5, 5]),
+          helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, 5, 5])]
+    g = helper.make_graph(nodes, "wide", vi[::-1],
+                          [helper.make_tensor_value_info(hist[-1], TensorProto.FLOAT, [1, c, 5, 5]),
+                           helper.make_tensor_value_info(hist[blocks // 2], TensorProto.FLOAT, [1, c, 5, 5])],
+                          inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    return onnx.shape_inference.infer_shapes(m) if value_info else m
+
+
+@pytest.fixture
+def small_cuts(monkeypatch):
+    monkeypatch.setattr(segments, "SEGMENT_FROM", 50)
+    monkeypatch.setattr(segments, "SEGMENT_NODES", 30)
+
+
+def _feeds(seed=1):
+    rng = np.random.default_rng(seed)
+    return {n: rng.standard_normal((1, 4, 5, 5)).astype(np.float32) for n in ("x", "y")}
+
+
+@pytest.mark.parametrize("value_info", [True, False], ids=["declared-boundaries", "inferred-boundaries"])
+def test_segmented_session_same_values_and_descriptions(small_cuts, value_info):
+    model = _wide(value_info=value_info)
+    cut = segments.plan(model)
+    assert cut is not None and len(cut.segments) >= 5
+    assert sorted(k for seg in cut.segments for k in seg) == list(range(len(model.graph.node)))
+    whole = verify_mod._session(model)
+    seg = verify_mod.session(model)
+    assert isinstance(seg, segments.SegmentedSession)
+    describe = lambda args: [(a.name, a.type, a.shape) for a in args]  # noqa: E731
+    assert describe(seg.get_inputs()) == describe(whole.get_inputs())
+    assert describe(seg.get_outputs()) == describe(whole.get_outputs())
+    names = [o.name for o in whole.get_outputs()]
+    for seed in (1, 2):
+        feed = _feeds(seed)
+        for ask in (names, names[::-1], names[1:], None):
+            want = whole.run(ask, feed)
+            got = seg.run(ask, feed)
+            assert len(got) == len(want)
+            for a, b in zip(got, want):
+                assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def test_every_tensor_as_an_output_same_bits(small_cuts):
+    """Extra outputs the gate asks for (tensors inside segments) come out as the whole graph computes them."""
+    model = _wide()
+    inner = [f"conv{i}" for i in range(0, 40, 7)] + ["k3", "h0"]
+    m = verify_mod._with_outputs(model, inner)
+    whole, seg = verify_mod._session(m), verify_mod.session(m)
+    assert isinstance(seg, segments.SegmentedSession)
+    feed = _feeds(3)
+    for a, b in zip(seg.run(inner, feed), whole.run(inner, feed)):
+        assert np.array_equal(a, b)
+
+
+def test_run_errors_as_onnxruntime_says_them(small_cuts):
+    seg = verify_mod.session(_wide())
+    feed = _feeds()
+    with pytest.raises(ValueError, match="Invalid input name: z"):
+        seg.run(None, {**feed, "z": feed["x"]})
+    with pytest.raises(ValueError, match="Invalid output name:nope"):
+        seg.run(["nope"], feed)
+    with pytest.raises(ValueError, match="missing from input feed"):
+        seg.run(None, {"x": feed["x"]})
+
+
+def test_a_node_onnxruntime_rejects_in_a_late_segment_is_rejected(small_cuts):
+    model = _wide()
+    late = next(n for n in reversed(model.graph.node) if n.op_type == "Mul")
+    late.op_type = "NoSuchOp"
+    with pytest.raises(Exception) as whole_err:
+        verify_mod._session(model)
+    assert segments.plan(model) is not None
+    with pytest.raises(Exception) as seg_err:
+        verify_mod.session(model)
+    assert "NoSuchOp" in str(seg_err.value) and "NoSuchOp" in str(whole_err.value)
+    # the gate: a fixed model onnxruntime rejects fails it, segmented or not
+    v = verify_mod.verify(_wide(), model, contract=VerifyContract("exact"))
+    assert not v.ok and "does not load" in v.outputs[0].detail and "NoSuchOp" in v.outputs[0].detail
+
+
+def test_a_declared_type_that_contradicts_a_segment_is_rejected(small_cuts):
+    """value_info saying int8 for a float tensor made in one segment and read in the next: the whole
+    graph is rejected by onnxruntime, and so is the segmented one (the maker checks the declaration)."""
+    model = _wide()
+    cut = segments.plan(model)
+    crossing = next(t for t in cut.inputs[3] if t not in ("x", "y"))
+    for v in model.graph.value_info:
+        if v.name == crossing:
+            v.type.tensor_type.elem_type = TensorProto.INT8
+    with pytest.raises(Exception):
+        verify_mod._session(model)
+    with pytest.raises(Exception):
+        verify_mod.session(model)
+
+
+def _edit(model, fn):
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    fn(m)
+    return m
+
+
+@pytest.mark.parametrize("why", ["small", "subgraph", "never-made", "made-twice", "input-initializer",
+                                 "unused-input", "cycle", "output-is-input"])
+def test_graphs_that_stay_whole(small_cuts, why, monkeypatch):
+    model = _wide()
+    g = model.graph
+    if why == "small":
+        monkeypatch.setattr(segments, "SEGMENT_FROM", len(g.node) + 1)
+    elif why == "subgraph":
+        branch = helper.make_graph([helper.make_node("Identity", ["h1"], ["b"])], "b", [],
+                                   [helper.make_tensor_value_info("b", TensorProto.FLOAT, None)])
+        g.node.append(helper.make_node("If", ["cond"], ["iffed"], then_branch=branch, else_branch=branch))
+        g.input.append(helper.make_tensor_value_info("cond", TensorProto.BOOL, []))
+    elif why == "never-made":
+        g.node[5].input[0] = "ghost"
+    elif why == "made-twice":
+        g.node[7].output[0] = g.node[3].output[0]
+    elif why == "input-initializer":
+        g.input.append(helper.make_tensor_value_info("six", TensorProto.FLOAT, []))
+    elif why == "unused-input":
+        g.input.append(helper.make_tensor_value_info("unused", TensorProto.FLOAT, [1]))
+    elif why == "cycle":
+        g.node[1].input[0] = g.node[20].output[0]
+    elif why == "output-is-input":
+        g.output.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5]))
+    assert segments.plan(model) is None
+    if why in ("small", "subgraph", "unused-input", "output-is-input"):
+        assert not isinstance(verify_mod.session(model), segments.SegmentedSession)
+
+
+def test_topological_order_of_an_unsorted_graph(small_cuts):
+    """Nodes listed out of order are cut in an order where each runs after what it reads."""
+    model = _wide()
+    shuffled = _edit(model, lambda m: (m.graph.ClearField("node"),
+                                       m.graph.node.extend(reversed(list(model.graph.node)))))
+    cut = segments.plan(shuffled)
+    assert cut is not None
+    made = {"x", "y"} | {t.name for t in shuffled.graph.initializer}
+    for seg in cut.segments:
+        for k in seg:
+            assert all(t in made for t in cut.reads[k])
+            made.update(cut.writes[k])
+    seg, whole = verify_mod.session(shuffled), verify_mod._session(model)
+    feed = _feeds(4)
+    for a, b in zip(seg.run(None, feed), whole.run(None, feed)):
+        assert np.array_equal(a, b)
+
+
+def _qdq_chain(blocks: int) -> onnx.ModelProto:
+    """A float Conv chain with Sub(constant, x) every 4th block, quantized to QDQ (NAF006 rewrites
+    each Sub, LSB-level changes the gate judges)."""
+    from tests.builders.qdq import st_quantize
+
+    rng = np.random.default_rng(2)
+    c, nodes, inits, x = 4, [], [], "input"
+    for i in range(blocks):
+        inits += [numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"conv{i}"], name=f"conv{i}"))
+        x = f"conv{i}"
+        if i % 4 == 3:
+            inits.append(numpy_helper.from_array((1 + 0.5 * rng.standard_normal((1, c, 1, 1))).astype(np.float32),
+                                                 f"subc{i}"))
+            nodes.append(helper.make_node("Sub", [f"subc{i}", x], [f"sub{i}"], name=f"sub{i}"))
+            x = f"sub{i}"
+        nodes.append(helper.make_node("Relu", [x], [f"relu{i}"], name=f"relu{i}"))
+        x = f"relu{i}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, 6, 6])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, 6, 6])], inits)
+    return st_quantize(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), op_types=["Sub"])
+
+
+def test_fix_of_a_large_graph_same_verdict_and_model_segmented_or_not(tmp_path, monkeypatch):
+    path = tmp_path / "chain.onnx"
+    onnx.save(_qdq_chain(24), path)
+    whole = fix(path, FixOptions(dry_run=True))
+    assert whole.engine.changes and whole.verification is not None and whole.verification.ok
+    made = []
+    real = segments.SegmentedSession.__init__
+
+    def spy(self, *a, **k):
+        made.append(1)
+        real(self, *a, **k)
+
+    monkeypatch.setattr(segments.SegmentedSession, "__init__", spy)
+    monkeypatch.setattr(segments, "SEGMENT_FROM", 40)
+    monkeypatch.setattr(segments, "SEGMENT_NODES", 25)
+    seg = fix(path, FixOptions(dry_run=True))
+    assert made  # the gate's sessions of the whole models were segmented
+    assert seg.verification.as_dict() == whole.verification.as_dict()
+    assert seg.engine.model.SerializeToString() == whole.engine.model.SerializeToString()
