@@ -255,7 +255,8 @@ def run_engine(
         result.changes.extend(att.changes)
         result.io_changes.extend(att.io_changes)
         result.provenance.update(att.provenance)
-        current, view, placement, est = cand, cview, cplace, cest
+        done, (current, view, placement, est) = view, (cand, cview, cplace, cest)
+        done.release()  # the round's edited view: its node/tensor cycles freed now, not by the collector
         result.model = current
     result.placement, result.estimate = placement, est
     # the last round ran on ``view`` (or, after the last round of ``max_rounds``, ``view`` is fresh)

@@ -16,6 +16,7 @@ from fixer import segments
 from fixer import verify as verify_mod
 from fixer.api import FixOptions, fix
 from fixer.rules import VerifyContract
+from tests.builders.qdq import qdq_sub_chain
 
 
 def _wide(blocks: int = 40, *, value_info: bool = True) -> onnx.ModelProto:
@@ -192,33 +193,9 @@ def test_topological_order_of_an_unsorted_graph(small_cuts):
         assert np.array_equal(a, b)
 
 
-def _qdq_chain(blocks: int) -> onnx.ModelProto:
-    """A float Conv chain with Sub(constant, x) every 4th block, quantized to QDQ (NAF006 rewrites
-    each Sub, LSB-level changes the gate judges)."""
-    from tests.builders.qdq import st_quantize
-
-    rng = np.random.default_rng(2)
-    c, nodes, inits, x = 4, [], [], "input"
-    for i in range(blocks):
-        inits += [numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32), f"w{i}"),
-                  numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), f"b{i}")]
-        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"conv{i}"], name=f"conv{i}"))
-        x = f"conv{i}"
-        if i % 4 == 3:
-            inits.append(numpy_helper.from_array((1 + 0.5 * rng.standard_normal((1, c, 1, 1))).astype(np.float32),
-                                                 f"subc{i}"))
-            nodes.append(helper.make_node("Sub", [f"subc{i}", x], [f"sub{i}"], name=f"sub{i}"))
-            x = f"sub{i}"
-        nodes.append(helper.make_node("Relu", [x], [f"relu{i}"], name=f"relu{i}"))
-        x = f"relu{i}"
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, 6, 6])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, 6, 6])], inits)
-    return st_quantize(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), op_types=["Sub"])
-
-
 def test_fix_of_a_large_graph_same_verdict_and_model_segmented_or_not(tmp_path, monkeypatch):
     path = tmp_path / "chain.onnx"
-    onnx.save(_qdq_chain(24), path)
+    onnx.save(qdq_sub_chain(24), path)
     whole = fix(path, FixOptions(dry_run=True))
     assert whole.engine.changes and whole.verification is not None and whole.verification.ok
     made = []
@@ -235,3 +212,4 @@ def test_fix_of_a_large_graph_same_verdict_and_model_segmented_or_not(tmp_path, 
     assert made  # the gate's sessions of the whole models were segmented
     assert seg.verification.as_dict() == whole.verification.as_dict()
     assert seg.engine.model.SerializeToString() == whole.engine.model.SerializeToString()
+

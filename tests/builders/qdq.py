@@ -299,3 +299,25 @@ def input_q_per_axis() -> onnx.ModelProto:
     }
     """
     return finish(onnx.parser.parse_model(text))
+
+
+def qdq_sub_chain(blocks: int) -> onnx.ModelProto:
+    """A float Conv chain with Sub(constant, x) every 4th block, quantized to QDQ (NAF006 rewrites
+    each Sub, LSB-level changes the gate judges)."""
+    rng = np.random.default_rng(2)
+    c, nodes, inits, x = 4, [], [], "input"
+    for i in range(blocks):
+        inits += [numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), f"b{i}")]
+        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"conv{i}"], name=f"conv{i}"))
+        x = f"conv{i}"
+        if i % 4 == 3:
+            inits.append(numpy_helper.from_array((1 + 0.5 * rng.standard_normal((1, c, 1, 1))).astype(np.float32),
+                                                 f"subc{i}"))
+            nodes.append(helper.make_node("Sub", [f"subc{i}", x], [f"sub{i}"], name=f"sub{i}"))
+            x = f"sub{i}"
+        nodes.append(helper.make_node("Relu", [x], [f"relu{i}"], name=f"relu{i}"))
+        x = f"relu{i}"
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, 6, 6])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, 6, 6])], inits)
+    return st_quantize(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), op_types=["Sub"])
