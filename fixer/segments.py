@@ -21,6 +21,10 @@ no node makes. onnxruntime's own error is then the one reported for a graph it c
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import contextvars
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -32,6 +36,9 @@ from onnx import helper
 SEGMENT_FROM = 8_000
 #: Nodes per segment: about where a session's cost per node stops growing with the graph's size.
 SEGMENT_NODES = 1_000
+#: Threads that make segment sessions: a session's own, or those its caller shares between the
+#: sessions it begins (:func:`shared_workers`), where two models' segments queue for the same threads.
+SEGMENT_WORKERS = max(1, min(4, os.cpu_count() or 1))
 #: Default-domain operators with subgraph attributes (other domains' nodes are read for them).
 _SUBGRAPH_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
@@ -152,6 +159,27 @@ def plan(model: onnx.ModelProto, *, from_nodes: int | None = None, per_segment: 
     return Plan(segments, inputs, outputs, last_read, reads, writes)
 
 
+_shared: contextvars.ContextVar = contextvars.ContextVar("nafix_segment_workers", default=None)
+
+
+def _new_workers() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(SEGMENT_WORKERS, thread_name_prefix="nafix-segment")
+
+
+@contextlib.contextmanager
+def shared_workers():
+    """Within the block, every segmented session begun in this thread hands its segments to the same
+    :data:`SEGMENT_WORKERS` threads (in the order they are begun); the threads end with the block,
+    once every segment handed to them is made (nothing left loading, no idle thread left behind)."""
+    pool = _new_workers()
+    token = _shared.set(pool)
+    try:
+        yield pool
+    finally:
+        _shared.reset(token)
+        pool.shutdown(wait=True)
+
+
 _ELEM_TYPES = {name.lower(): value for name, value in onnx.TensorProto.DataType.items()}
 
 
@@ -183,30 +211,37 @@ class SegmentedSession:
     the whole graph would (the same values, the same input and output descriptions).
 
     A segment's input made by an earlier segment is declared as the graph's value_info (or output)
-    declares that tensor, which the segment making it checks as the whole graph would: then every
-    segment model is written first and the sessions are made ``workers`` at a time (onnxruntime
-    makes a session outside the GIL). Where such a tensor has no typed declaration, the segments are
-    made in order and it is declared as onnxruntime inferred it in the segment that makes it. The
-    first segment onnxruntime rejects, in graph order, raises its error."""
+    declares that tensor, which the segment making it checks as the whole graph would. Then the
+    constructor writes the segment models and hands each, as soon as it is written, to
+    :data:`SEGMENT_WORKERS` threads shared by every segmented session (onnxruntime makes a session
+    outside the GIL), and returns: :meth:`ready` waits for them (the other methods call it), raising
+    the error of the first segment onnxruntime rejected, in graph order, once none is left loading.
+    Two models' sessions are so made one after the other by the same threads while the caller goes
+    on. Where such a tensor has no typed declaration, the constructor makes the segments in order
+    and declares it as onnxruntime inferred it in the segment that makes it."""
 
-    def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object], *,
-                 workers: int = 2):
+    def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object]):
         g = model.graph
         self._plan = cut
+        nodes = list(g.node)
         inits_of = {t.name: t for t in g.initializer}
         vi = {v.name: v for v in g.value_info}
         declared_in = {i.name: i for i in g.input}
         declared_out = {o.name: o for o in g.output}
-        declared = {**vi, **declared_out}
+        # how each tensor is declared: a typed graph output's declaration, else its value_info (the
+        # outputs a caller adds to fetch inner tensors are names alone)
+        declared = {**vi, **{t: o for t, o in declared_out.items() if _typed(o)}}
         upfront = all(_typed(declared.get(t)) for ins in cut.inputs for t in ins if t not in declared_in)
         args: dict[str, object] = {}  # tensor -> onnxruntime's NodeArg, from the segment that makes or reads it first
 
         def segment_model(s: int) -> onnx.ModelProto:
             idx = cut.segments[s]
-            sg = onnx.GraphProto(name=f"{g.name or 'graph'}_segment{s}")
-            sg.node.extend(g.node[k] for k in idx)
+            m = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                                functions=model.functions)
+            sg = m.graph
+            sg.name = f"{g.name or 'graph'}_segment{s}"
+            sg.node.extend(nodes[k] for k in idx)
             seen: set[str] = set()
-            made = {o for k in idx for o in cut.writes[k]}
             for k in idx:
                 for t in cut.reads[k]:
                     if t in inits_of and t not in seen:
@@ -224,39 +259,59 @@ class SegmentedSession:
                     sg.input.append(v)
             for t in cut.outputs[s]:
                 sg.output.append(declared_out[t] if t in declared_out else onnx.ValueInfoProto(name=t))
-            sg.value_info.extend(vi[t] for t in made if t in vi and t not in declared_out)
-            return onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
-                                   functions=model.functions, graph=sg)
+            sg.value_info.extend(vi[t] for k in idx for t in cut.writes[k] if t in vi and t not in declared_out)
+            return m
 
+        self._graph_inputs = [i.name for i in g.input]
+        self._graph_outputs = [o.name for o in g.output]
+        self._sessions: list | None = None
+        self._futures: list = []
+        self._own = None  # the threads of this session alone, where no caller shares its own
         if upfront:
-            from concurrent.futures import ThreadPoolExecutor
-
-            models = [segment_model(s) for s in range(len(cut.segments))]
-            with ThreadPoolExecutor(max(1, workers), thread_name_prefix="nafix-segment") as pool:
-                self._sessions = list(pool.map(make, models))  # in order: the first rejected segment's error
+            pool = _shared.get()
+            if pool is None:
+                pool = self._own = _new_workers()
+            self._futures = [pool.submit(make, segment_model(s)) for s in range(len(cut.segments))]
         else:
-            self._sessions = []
+            sessions = []
             for s in range(len(cut.segments)):
                 sess = make(segment_model(s))
                 for a in sess.get_outputs():
                     args[a.name] = a
-                self._sessions.append(sess)
-        for sess in self._sessions:
+                sessions.append(sess)
+            self._done(sessions)
+
+    def ready(self) -> "SegmentedSession":
+        """Wait for the segments' sessions; raise the first rejected segment's error (in graph order)."""
+        if self._sessions is None:
+            concurrent.futures.wait(self._futures)  # none left loading behind an error
+            if self._own is not None:
+                self._own.shutdown(wait=True)
+                self._own = None
+            futures, self._futures = self._futures, []
+            self._done([f.result() for f in futures])
+        return self
+
+    def _done(self, sessions: list) -> None:
+        args: dict[str, object] = {}
+        for sess in sessions:
             for a in sess.get_inputs():
                 args.setdefault(a.name, a)
             for a in sess.get_outputs():
                 args[a.name] = a
-        self._inputs = [args[i.name] for i in g.input]
-        self._outputs = [args[o.name] for o in g.output]
-        self._input_names = {i.name for i in g.input}
+        self._inputs = [args[t] for t in self._graph_inputs]
+        self._outputs = [args[t] for t in self._graph_outputs]
+        self._input_names = set(self._graph_inputs)
+        self._sessions = sessions
 
     def get_inputs(self):
-        return list(self._inputs)
+        return list(self.ready()._inputs)
 
     def get_outputs(self):
-        return list(self._outputs)
+        return list(self.ready()._outputs)
 
     def run(self, names: Sequence[str] | None, feed: Mapping[str, object], run_options=None) -> list:
+        self.ready()
         graph_outputs = [o.name for o in self._outputs]
         names = graph_outputs if names is None else list(names)
         for t in feed:
@@ -265,7 +320,7 @@ class SegmentedSession:
         for t in names:
             if t not in graph_outputs:
                 raise ValueError(f"Invalid output name:{t}")
-        missing = [t for t in self._input_names if t not in feed]
+        missing = [t for t in self._graph_inputs if t not in feed]
         if missing:
             raise ValueError(f"Required inputs ({missing}) are missing from input feed ({list(feed)}).")
         cut = self._plan

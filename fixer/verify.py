@@ -108,6 +108,24 @@ def loosest(contracts: Sequence[VerifyContract]) -> VerifyContract:
 def session(model: onnx.ModelProto):
     """An onnxruntime session of ``model`` as written (no graph optimization); a large graph is made
     and run as consecutive segments, the same values (:mod:`fixer.segments`)."""
+    return begin_session(model).ready()
+
+
+class _Whole:
+    """A whole-graph session not made yet: :meth:`ready` makes it (see :func:`begin_session`)."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+
+    def ready(self):
+        return _session(self.model)
+
+
+def begin_session(model: onnx.ModelProto):
+    """:func:`session` of ``model``, begun: ``.ready()`` returns the session or raises onnxruntime's
+    error. A large graph's segments are written now and handed to the segment threads, which make
+    their sessions while the caller goes on (:class:`fixer.segments.SegmentedSession`); any other
+    graph's session is made by ``.ready()``."""
     from . import segments
 
     cut = segments.plan(model)
@@ -116,7 +134,7 @@ def session(model: onnx.ModelProto):
             return segments.SegmentedSession(model, cut, _session)
         except segments.Unsegmentable:
             pass
-    return _session(model)
+    return _Whole(model)
 
 
 def _session(model: onnx.ModelProto):
@@ -134,13 +152,54 @@ def _session(model: onnx.ModelProto):
                            initializers=runtime_initializers(model))
 
 
-def _fixed_session(fixed: onnx.ModelProto, extra: Sequence[str]) -> tuple[object | None, str]:
-    """The fixed model's session with ``extra`` as outputs, or (None, the first line of onnxruntime's
-    error): a rewrite that onnxruntime rejects fails the gate, not nafix."""
+def _fixed_session(fixed: onnx.ModelProto, extra: Sequence[str], begun=None) -> tuple[object | None, str]:
+    """The fixed model's session with ``extra`` as outputs (``begun``: its :func:`begin_session`, or
+    None to begin it here), or (None, the first line of onnxruntime's error): a rewrite that
+    onnxruntime rejects fails the gate, not nafix."""
     try:
-        return session(_with_outputs(fixed, extra)), ""
+        return (begun or begin_session(_with_outputs(fixed, extra))).ready(), ""
     except Exception as exc:  # noqa: BLE001
-        return None, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+        return None, _first_line(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+
+
+class _Begun:
+    """The fixed model's :func:`_fixed_session` from a session begun in the caller's thread (its
+    segments being made by the segment threads): :meth:`result` as :class:`InThread`'s."""
+
+    def __init__(self, fixed: onnx.ModelProto, extra: Sequence[str], begun):
+        self._args = (fixed, extra, begun)
+
+    def result(self):
+        return _fixed_session(*self._args)
+
+
+def _begin_fixed(fixed: onnx.ModelProto, extra: Sequence[str]):
+    """The fixed model's session, begun: a large graph's segments handed to the segment threads now
+    (after the original's, which the gate waits for first), any other graph's session made in a
+    thread of its own (:class:`InThread`). ``.result()``: :func:`_fixed_session`'s answer."""
+    from . import segments
+
+    model = _with_outputs(fixed, extra)
+    try:
+        begun = begin_session(model)
+    except Exception as exc:  # noqa: BLE001 - a segment made in order was rejected: the gate's verdict
+        first = _first_line(exc)
+        return _Begun(fixed, extra, _Failed(first))
+    if isinstance(begun, segments.SegmentedSession):
+        return _Begun(fixed, extra, begun)
+    return InThread(lambda: _fixed_session(fixed, extra, begun))
+
+
+class _Failed:
+    def __init__(self, first: str):
+        self.first = first
+
+    def ready(self):
+        raise RuntimeError(self.first)
 
 
 class InThread:
@@ -521,6 +580,21 @@ def _ranking_preserved(a: np.ndarray, b: np.ndarray) -> bool:
     return True
 
 
+def _sharing_segment_workers(func):
+    """``func`` run with :func:`fixer.segments.shared_workers`: the segment sessions it begins (large
+    graphs) are made by threads it shares between its models and ends before it returns."""
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        from .segments import shared_workers
+
+        with shared_workers():
+            return func(*args, **kwargs)
+
+    return wrapper
+
+
+@_sharing_segment_workers
 def verify(
     original: onnx.ModelProto,
     fixed: onnx.ModelProto,
@@ -594,11 +668,17 @@ def verify(
     # the fixed model's session, where the gate will make it first thing (no whole-model run with the
     # regions), is made in a thread beside the original's: onnxruntime releases the GIL while it
     # loads and plans a model (the same session, made earlier)
+    # (a large graph's segments: the original's handed to the segment threads first, then the fixed
+    # model's, which they make while the gate runs the original)
     early = None
-    if rpart is not None or not (fpart is None and any(b.inputs for b in boundaries)):
-        early = InThread(lambda: _fixed_session(fixed, extra))
     try:
-        s_orig = session(_with_outputs(original, extra + capture + sorted(set(front) | set(rcap))))
+        o_begun = begin_session(_with_outputs(original, extra + capture + sorted(set(front) | set(rcap))))
+    except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
+        raise original_failed(exc) from None
+    if rpart is not None or not (fpart is None and any(b.inputs for b in boundaries)):
+        early = _begin_fixed(fixed, extra)
+    try:
+        s_orig = o_begun.ready()
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
         if early is not None:
             early.result()  # no session left loading behind the error

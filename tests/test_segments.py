@@ -213,3 +213,60 @@ def test_fix_of_a_large_graph_same_verdict_and_model_segmented_or_not(tmp_path, 
     assert seg.verification.as_dict() == whole.verification.as_dict()
     assert seg.engine.model.SerializeToString() == whole.engine.model.SerializeToString()
 
+
+
+def test_fetching_inner_tensors_keeps_the_segments_made_by_the_shared_threads(small_cuts):
+    """The gate adds inner tensors as outputs by name alone (untyped): a boundary tensor among them
+    is still declared by its value_info, so the segments are handed to the shared threads at once
+    rather than made one after the other in the caller's thread."""
+    model = _wide()
+    cut = segments.plan(model)
+    crossing = [t for ins in cut.inputs for t in ins if t not in ("x", "y")]
+    m = verify_mod._with_outputs(model, crossing[:5])
+    begun = verify_mod.begin_session(m)
+    assert isinstance(begun, segments.SegmentedSession) and begun._futures  # handed over, not made in order
+    whole = verify_mod._session(m)
+    feed = _feeds(5)
+    for a, b in zip(begun.ready().run(crossing[:5], feed), whole.run(crossing[:5], feed)):
+        assert np.array_equal(a, b)
+
+
+def test_an_original_onnxruntime_rejects_is_an_input_error_with_nothing_left_loading(small_cuts, monkeypatch):
+    """Both models segmented: the original's segments rejected, the gate raises the input error only
+    once every segment session it began (the fixed model's too) is made."""
+    from fixer.errors import InputError
+
+    bad = _wide()
+    next(n for n in reversed(bad.graph.node) if n.op_type == "Mul").op_type = "NoSuchOp"
+    fixed = _wide()
+    fixed.graph.node[3].name = "renamed"
+    started, ended = [], []
+    real = verify_mod._session
+
+    def spy(m):
+        started.append(m.graph.name)
+        try:
+            return real(m)
+        finally:
+            ended.append(m.graph.name)
+
+    monkeypatch.setattr(verify_mod, "_session", spy)
+    with pytest.raises(InputError):
+        verify_mod.verify(bad, fixed, contract=VerifyContract("exact"))
+    assert len(ended) == len(started) >= 2 * len(segments.plan(bad).segments)
+
+
+def test_no_segment_thread_outlives_the_gate_or_a_session(small_cuts):
+    """Idle threads left behind would change what the process may do next (a zoo audit forks its
+    workers only from a process with no other thread)."""
+    import threading
+
+    def segment_threads():
+        return [t for t in threading.enumerate() if t.name.startswith("nafix-segment")]
+
+    seg = verify_mod.session(_wide())
+    assert isinstance(seg, segments.SegmentedSession) and not segment_threads()
+    fixed = _wide()
+    fixed.graph.node[3].name = "renamed"
+    v = verify_mod.verify(_wide(), fixed, contract=VerifyContract("exact"))
+    assert v.ok and not segment_threads()
