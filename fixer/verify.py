@@ -617,7 +617,9 @@ def verify(
     onnxruntime sessions: one for the original model (graph outputs, boundary tensors and the
     tensors the rewritten regions read, all in one run), one for the fixed model with all the
     isolated rewritten regions (:class:`_WholeRun`; apart where they do not join it), and one for the
-    noise-injected original when it is needed. Where :func:`fixed_part` applies, the fixed model's
+    noise-injected original when it is needed (a graph of :data:`fixer.segments.SEGMENT_FROM` nodes
+    or more: one session per segment of it, made by threads the gate shares between the two models,
+    the same values; :func:`begin_session`). Where :func:`fixed_part` applies, the fixed model's
     session only proves it loads: what runs is the part below what is provably equal to the original
     (:func:`proven_equal`), fed the original's values there, with the isolated regions in that same
     session; its outputs are those of the whole fixed model, bit for bit (onnxruntime computes each
