@@ -166,6 +166,11 @@ def _new_workers() -> concurrent.futures.ThreadPoolExecutor:
     return concurrent.futures.ThreadPoolExecutor(SEGMENT_WORKERS, thread_name_prefix="nafix-segment")
 
 
+def current_workers() -> concurrent.futures.ThreadPoolExecutor | None:
+    """The threads of the innermost :func:`shared_workers` block of this thread, or None."""
+    return _shared.get()
+
+
 @contextlib.contextmanager
 def shared_workers():
     """Within the block, every segmented session begun in this thread hands its segments to the same

@@ -121,11 +121,22 @@ class _Whole:
         return _session(self.model)
 
 
+class _Pooled:
+    """A whole-graph session being made by the shared segment threads."""
+
+    def __init__(self, future):
+        self.future = future
+
+    def ready(self):
+        return self.future.result()
+
+
 def begin_session(model: onnx.ModelProto):
     """:func:`session` of ``model``, begun: ``.ready()`` returns the session or raises onnxruntime's
     error. A large graph's segments are written now and handed to the segment threads, which make
     their sessions while the caller goes on (:class:`fixer.segments.SegmentedSession`); any other
-    graph's session is made by ``.ready()``."""
+    graph's session is handed to the threads the caller shares (:func:`fixer.segments.shared_workers`,
+    the gate's), or else made by ``.ready()``."""
     from . import segments
 
     cut = segments.plan(model)
@@ -134,6 +145,9 @@ def begin_session(model: onnx.ModelProto):
             return segments.SegmentedSession(model, cut, _session)
         except segments.Unsegmentable:
             pass
+    pool = segments.current_workers()
+    if pool is not None:
+        return _Pooled(pool.submit(_session, model))
     return _Whole(model)
 
 
@@ -167,8 +181,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 class _Begun:
-    """The fixed model's :func:`_fixed_session` from a session begun in the caller's thread (its
-    segments being made by the segment threads): :meth:`result` as :class:`InThread`'s."""
+    """The fixed model's :func:`_fixed_session`, from a session begun earlier (made meanwhile by
+    the gate's shared threads): :meth:`result` waits for it."""
 
     def __init__(self, fixed: onnx.ModelProto, extra: Sequence[str], begun):
         self._args = (fixed, extra, begun)
@@ -177,21 +191,16 @@ class _Begun:
         return _fixed_session(*self._args)
 
 
-def _begin_fixed(fixed: onnx.ModelProto, extra: Sequence[str]):
-    """The fixed model's session, begun: a large graph's segments handed to the segment threads now
-    (after the original's, which the gate waits for first), any other graph's session made in a
-    thread of its own (:class:`InThread`). ``.result()``: :func:`_fixed_session`'s answer."""
-    from . import segments
-
+def _begin_fixed(fixed: onnx.ModelProto, extra: Sequence[str]) -> _Begun:
+    """The fixed model's session, begun (:func:`begin_session`: in the gate, handed to its shared
+    threads after the original's, which it waits for first). ``.result()``: :func:`_fixed_session`'s
+    answer."""
     model = _with_outputs(fixed, extra)
     try:
         begun = begin_session(model)
     except Exception as exc:  # noqa: BLE001 - a segment made in order was rejected: the gate's verdict
-        first = _first_line(exc)
-        return _Begun(fixed, extra, _Failed(first))
-    if isinstance(begun, segments.SegmentedSession):
-        return _Begun(fixed, extra, begun)
-    return InThread(lambda: _fixed_session(fixed, extra, begun))
+        return _Begun(fixed, extra, _Failed(_first_line(exc)))
+    return _Begun(fixed, extra, begun)
 
 
 class _Failed:
@@ -200,32 +209,6 @@ class _Failed:
 
     def ready(self):
         raise RuntimeError(self.first)
-
-
-class InThread:
-    """``func()`` called at once in a thread of its own; :meth:`result` waits for it and returns its
-    value or raises its exception. For work that spends its time outside the GIL (an onnxruntime
-    session being made) beside other work."""
-
-    def __init__(self, func: Callable[[], object]):
-        import threading
-
-        self._value: object = None
-        self._exc: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(func,), name="nafix-beside", daemon=True)
-        self._thread.start()
-
-    def _run(self, func: Callable[[], object]) -> None:
-        try:
-            self._value = func()
-        except BaseException as exc:  # noqa: BLE001 - handed to result()
-            self._exc = exc
-
-    def result(self):
-        self._thread.join()
-        if self._exc is not None:
-            raise self._exc
-        return self._value
 
 
 def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
@@ -667,11 +650,10 @@ def verify(
     o_inputs = {i.name for i in original.graph.input}
     rcap = ([] if rpart is None else
             sorted((set(rpart.part.inputs) | set(rpart.checked)) - set(extra) - set(capture) - orig_names - o_inputs))
-    # the fixed model's session, where the gate will make it first thing (no whole-model run with the
-    # regions), is made in a thread beside the original's: onnxruntime releases the GIL while it
-    # loads and plans a model (the same session, made earlier)
-    # (a large graph's segments: the original's handed to the segment threads first, then the fixed
-    # model's, which they make while the gate runs the original)
+    # the sessions are begun, then waited for: the gate's shared threads make the original's first,
+    # then, where the gate will use it (no whole-model run with the regions), the fixed model's,
+    # while the gate goes on (onnxruntime releases the GIL while it loads and plans a model; a large
+    # graph's segments are each such a session)
     early = None
     try:
         o_begun = begin_session(_with_outputs(original, extra + capture + sorted(set(front) | set(rcap))))
@@ -1416,7 +1398,8 @@ class _RewrittenRun:
                 subs.append((sub, outs))
         if not subs:
             subs = [(part, checked)]
-        return [(session(sub.typed([feed[t] for t in sub.inputs], outs)), sub.inputs, outs) for sub, outs in subs]
+        begun = [begin_session(sub.typed([feed[t] for t in sub.inputs], outs)) for sub, outs in subs]
+        return [(b.ready(), sub.inputs, outs) for b, (sub, outs) in zip(begun, subs)]
 
     def proven(self, vals: Mapping[str, np.ndarray]) -> bool:
         """Whether every checked tensor computed from ``vals`` (the original's values of this input

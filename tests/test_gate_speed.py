@@ -1,5 +1,6 @@
-"""The gate's speed-ups against what they replace: the fixed model's session made in a thread beside
-the original's (the same verdicts, the same failures, no thread left behind)."""
+"""The gate's speed-ups against what they replace: the original's and the fixed model's sessions
+begun together and made by the gate's shared threads (the same verdicts as sessions made one after
+the other where each is waited for, the same failures, no thread left behind)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from fixer import segments
 from fixer import verify as verify_mod
 from fixer.errors import InputError
 from fixer.rules import VerifyContract
@@ -25,58 +27,33 @@ def _model(op="LeakyRelu", alpha=0.1, w_scale=1.0):
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def _beside_threads():
-    return [t for t in threading.enumerate() if t.name == "nafix-beside"]
-
-
-class _Inline:
-    """verify_mod.InThread, called where it is made (the gate as it was: one session after the other)."""
-
-    def __init__(self, func):
-        try:
-            self._value, self._exc = func(), None
-        except BaseException as exc:  # noqa: BLE001
-            self._value, self._exc = None, exc
-
-    def result(self):
-        if self._exc is not None:
-            raise self._exc
-        return self._value
+def _gate_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("nafix-segment")]
 
 
 @pytest.mark.parametrize("fixed", [_model(), _model(alpha=0.2), _model(w_scale=1.001), _model(op="Relu")])
-def test_session_beside_gives_the_verdicts_of_sessions_one_after_the_other(fixed, monkeypatch):
+def test_sessions_made_by_the_shared_threads_give_the_verdicts_of_sessions_one_after_the_other(fixed, monkeypatch):
     orig = _model()
-    beside = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"))
-    monkeypatch.setattr(verify_mod, "InThread", _Inline)
+    shared = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"))
+    monkeypatch.setattr(segments, "current_workers", lambda: None)  # each session made where it is waited for
     inline = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"))
-    assert beside.as_dict() == inline.as_dict()
-    assert not _beside_threads()
+    assert shared.as_dict() == inline.as_dict()
+    assert not _gate_threads()
 
 
-def test_a_fixed_model_onnxruntime_rejects_fails_the_gate_from_the_thread():
+def test_a_fixed_model_onnxruntime_rejects_fails_the_gate_from_the_shared_threads():
     bad = _model(op="NoSuchOp")
     v = verify_mod.verify(_model(), bad, contract=VerifyContract("exact"))
     assert not v.ok
     assert [c.name for c in v.outputs] == ["<model>"]
     assert "does not load in onnxruntime" in v.outputs[0].detail and "NoSuchOp" in v.outputs[0].detail
-    assert not _beside_threads()
+    assert not _gate_threads()
 
 
 def test_an_original_onnxruntime_rejects_is_an_input_error_with_no_session_left_loading():
     with pytest.raises(InputError):
         verify_mod.verify(_model(op="NoSuchOp"), _model(), contract=VerifyContract("exact"))
-    assert not _beside_threads()
-
-
-def test_in_thread_returns_the_value_or_raises_the_exception():
-    assert verify_mod.InThread(lambda: 41 + 1).result() == 42
-
-    def boom():
-        raise ValueError("x")
-
-    with pytest.raises(ValueError, match="x"):
-        verify_mod.InThread(boom).result()
+    assert not _gate_threads()
 
 
 def _chain_pair():
