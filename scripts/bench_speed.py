@@ -63,25 +63,11 @@ def _child(code: str, *args: str) -> dict:
 
 def float_chain(blocks: int, c: int = 8, hw: int = 8, sub_every: int = 8, seed: int = 0) -> onnx.ModelProto:
     """input -> blocks x (Conv 1x1 c->c + bias -> Relu), with Sub(constant, x) after every
-    ``sub_every``-th Conv (NAF006 rewrites it in the QDQ model: one change per ``sub_every`` blocks)."""
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], []
-    x = "input"
-    for i in range(blocks):
-        inits.append(numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32), f"w{i}"))
-        inits.append(numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), f"b{i}"))
-        nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"conv{i}"], name=f"conv{i}"))
-        x = f"conv{i}"
-        if sub_every and i % sub_every == sub_every - 1:
-            inits.append(numpy_helper.from_array((1 + 0.5 * rng.standard_normal((1, c, 1, 1))).astype(np.float32),
-                                                 f"subc{i}"))
-            nodes.append(helper.make_node("Sub", [f"subc{i}", x], [f"sub{i}"], name=f"sub{i}"))
-            x = f"sub{i}"
-        nodes.append(helper.make_node("Relu", [x], [f"relu{i}"], name=f"relu{i}"))
-        x = f"relu{i}"
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, hw, hw])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, hw, hw])], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    ``sub_every``-th Conv (NAF006 rewrites it in the QDQ model: one change per ``sub_every`` blocks);
+    built by the tests' builder, shapes inferred."""
+    from tests.builders.qdq import float_sub_chain
+
+    m = float_sub_chain(blocks, c=c, hw=hw, sub_every=sub_every, seed=seed)
     m.ir_version = 9
     return onnx.shape_inference.infer_shapes(m)
 

@@ -301,23 +301,30 @@ def input_q_per_axis() -> onnx.ModelProto:
     return finish(onnx.parser.parse_model(text))
 
 
-def qdq_sub_chain(blocks: int) -> onnx.ModelProto:
-    """A float Conv chain with Sub(constant, x) every 4th block, quantized to QDQ (NAF006 rewrites
-    each Sub, LSB-level changes the gate judges)."""
-    rng = np.random.default_rng(2)
-    c, nodes, inits, x = 4, [], [], "input"
+def float_sub_chain(blocks: int, c: int = 8, hw: int = 8, sub_every: int = 8, seed: int = 0) -> onnx.ModelProto:
+    """input -> blocks x (Conv 1x1 c->c + bias -> Relu), with Sub(constant, x) after every
+    ``sub_every``-th Conv (NAF006 rewrites it once quantized: one change per ``sub_every`` blocks).
+    Also the synthetic chains of ``scripts/bench_speed.py``."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, x = [], [], "input"
     for i in range(blocks):
         inits += [numpy_helper.from_array((rng.standard_normal((c, c, 1, 1)) * 0.3).astype(np.float32), f"w{i}"),
                   numpy_helper.from_array((rng.standard_normal(c) * 0.1).astype(np.float32), f"b{i}")]
         nodes.append(helper.make_node("Conv", [x, f"w{i}", f"b{i}"], [f"conv{i}"], name=f"conv{i}"))
         x = f"conv{i}"
-        if i % 4 == 3:
+        if sub_every and i % sub_every == sub_every - 1:
             inits.append(numpy_helper.from_array((1 + 0.5 * rng.standard_normal((1, c, 1, 1))).astype(np.float32),
                                                  f"subc{i}"))
             nodes.append(helper.make_node("Sub", [f"subc{i}", x], [f"sub{i}"], name=f"sub{i}"))
             x = f"sub{i}"
         nodes.append(helper.make_node("Relu", [x], [f"relu{i}"], name=f"relu{i}"))
         x = f"relu{i}"
-    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, 6, 6])],
-                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, 6, 6])], inits)
-    return st_quantize(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), op_types=["Sub"])
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, c, hw, hw])],
+                          [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, c, hw, hw])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def qdq_sub_chain(blocks: int) -> onnx.ModelProto:
+    """:func:`float_sub_chain` (4 channels, a Sub every 4th block) quantized the ST way, the Sub too:
+    NAF006 rewrites each Sub, LSB-level changes the gate judges."""
+    return st_quantize(float_sub_chain(blocks, c=4, hw=6, sub_every=4, seed=2), op_types=["Sub"])
