@@ -6,8 +6,8 @@ initializers kept in place, :func:`fixer.model_io.runtime_session`; the rest is 
 graph resolution, planning and allocator). A graph of :data:`SEGMENT_FROM` nodes or more is cut, in
 topological order, into segments of about :data:`SEGMENT_NODES` nodes; each is a model of its own
 (its nodes, the initializers they read, the value_info of what they make) whose inputs are the graph
-inputs and earlier segments' tensors it reads, typed and shaped as onnxruntime inferred them in the
-segment that makes them. Run in order, the segments compute what the whole graph computes, bit for
+inputs and earlier segments' tensors it reads, declared as the graph declares them (or, where it does
+not, as onnxruntime inferred them in the segment that makes them). Run in order, the segments compute what the whole graph computes, bit for
 bit: without graph optimizations onnxruntime computes each node from its inputs alone, with the same
 kernel. Every node still loads in a session, against the types and shapes its inputs have in the
 whole graph, so a node onnxruntime rejects is rejected here too (in its segment's session).
@@ -59,13 +59,11 @@ class Plan:
     writes: list[list[str]]
 
 
-def plan(model: onnx.ModelProto, *, from_nodes: int | None = None, per_segment: int | None = None) -> Plan | None:
+def plan(model: onnx.ModelProto) -> Plan | None:
     """How ``model``'s graph is cut into segments, or None where it stays whole (see the module)."""
-    from_nodes = SEGMENT_FROM if from_nodes is None else from_nodes
-    per_segment = SEGMENT_NODES if per_segment is None else per_segment
     g = model.graph
     nodes = g.node
-    if len(nodes) < max(from_nodes, 2 * per_segment) or len(g.sparse_initializer):
+    if len(nodes) < max(SEGMENT_FROM, 2 * SEGMENT_NODES) or len(g.sparse_initializer):
         return None
     graph_inputs = [i.name for i in g.input]
     inits = {t.name for t in g.initializer}
@@ -90,7 +88,6 @@ def plan(model: onnx.ModelProto, *, from_nodes: int | None = None, per_segment: 
         writes.append(outs)
         ins = list(n.input)
         reads.append([t for t in ins if t] if "" in ins else ins)
-    known = inits.union(graph_inputs)
     # each node's producers, in the order it reads them; the graph inputs nodes read
     preds: list[list[int]] = []
     read_inputs: set[str] = set()
@@ -100,7 +97,7 @@ def plan(model: onnx.ModelProto, *, from_nodes: int | None = None, per_segment: 
             p = producer.get(t)
             if p is not None:
                 ps[p] = None
-            elif t not in known:
+            elif t not in taken:
                 return None  # read but never made: onnxruntime's error, from the whole graph
             elif t not in inits:
                 read_inputs.add(t)
@@ -131,7 +128,7 @@ def plan(model: onnx.ModelProto, *, from_nodes: int | None = None, per_segment: 
                 stack.pop()
                 state[k] = 2
                 order.append(k)
-    count = -(-len(order) // per_segment)
+    count = -(-len(order) // SEGMENT_NODES)
     size = -(-len(order) // count)
     segments = [order[i:i + size] for i in range(0, len(order), size)]
     seg_of = {}
@@ -217,12 +214,11 @@ class SegmentedSession:
 
     A segment's input made by an earlier segment is declared as the graph's value_info (or output)
     declares that tensor, which the segment making it checks as the whole graph would. Then the
-    constructor writes the segment models and hands each, as soon as it is written, to
-    :data:`SEGMENT_WORKERS` threads shared by every segmented session (onnxruntime makes a session
-    outside the GIL), and returns: :meth:`ready` waits for them (the other methods call it), raising
-    the error of the first segment onnxruntime rejected, in graph order, once none is left loading.
-    Two models' sessions are so made one after the other by the same threads while the caller goes
-    on. Where such a tensor has no typed declaration, the constructor makes the segments in order
+    constructor writes the segment models and hands each, as soon as it is written, to the threads
+    of the caller's :func:`shared_workers` block (else to :data:`SEGMENT_WORKERS` threads of its own;
+    onnxruntime makes a session outside the GIL), and returns: :meth:`ready` waits for them (the
+    other methods call it), raising the error of the first segment onnxruntime rejected, in graph
+    order, once none is left loading. Where such a tensor has no typed declaration, the constructor makes the segments in order
     and declares it as onnxruntime inferred it in the segment that makes it."""
 
     def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object]):

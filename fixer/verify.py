@@ -166,49 +166,33 @@ def _session(model: onnx.ModelProto):
                            initializers=runtime_initializers(model))
 
 
-def _fixed_session(fixed: onnx.ModelProto, extra: Sequence[str], begun=None) -> tuple[object | None, str]:
-    """The fixed model's session with ``extra`` as outputs (``begun``: its :func:`begin_session`, or
-    None to begin it here), or (None, the first line of onnxruntime's error): a rewrite that
-    onnxruntime rejects fails the gate, not nafix."""
+def _begin_fixed(fixed: onnx.ModelProto, extra: Sequence[str]):
+    """The fixed model's session with ``extra`` as outputs, begun (:func:`begin_session`; in the
+    gate, handed to its shared threads after the original's); a graph whose segments are made in
+    order and one of them rejected gives what raises that error when waited for."""
     try:
-        return (begun or begin_session(_with_outputs(fixed, extra))).ready(), ""
-    except Exception as exc:  # noqa: BLE001
-        return None, _first_line(exc)
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-
-
-class _Begun:
-    """The fixed model's :func:`_fixed_session`, from a session begun earlier (made meanwhile by
-    the gate's shared threads): :meth:`result` waits for it."""
-
-    def __init__(self, fixed: onnx.ModelProto, extra: Sequence[str], begun):
-        self._args = (fixed, extra, begun)
-
-    def result(self):
-        return _fixed_session(*self._args)
-
-
-def _begin_fixed(fixed: onnx.ModelProto, extra: Sequence[str]) -> _Begun:
-    """The fixed model's session, begun (:func:`begin_session`: in the gate, handed to its shared
-    threads after the original's, which it waits for first). ``.result()``: :func:`_fixed_session`'s
-    answer."""
-    model = _with_outputs(fixed, extra)
-    try:
-        begun = begin_session(model)
+        return begin_session(_with_outputs(fixed, extra))
     except Exception as exc:  # noqa: BLE001 - a segment made in order was rejected: the gate's verdict
-        return _Begun(fixed, extra, _Failed(_first_line(exc)))
-    return _Begun(fixed, extra, begun)
+        return _Failed(exc)
+
+
+def _fixed_session(begun) -> tuple[object | None, str]:
+    """The session ``begun`` (:func:`_begin_fixed`), or (None, the first line of onnxruntime's
+    error): a rewrite that onnxruntime rejects fails the gate, not nafix."""
+    try:
+        return begun.ready(), ""
+    except Exception as exc:  # noqa: BLE001
+        return None, str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
 
 
 class _Failed:
-    def __init__(self, first: str):
-        self.first = first
+    """A session that could not be begun: :meth:`ready` raises its error."""
+
+    def __init__(self, exc: Exception):
+        self.exc = exc
 
     def ready(self):
-        raise RuntimeError(self.first)
+        raise self.exc
 
 
 def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | None:
@@ -665,7 +649,7 @@ def verify(
         s_orig = o_begun.ready()
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
         if early is not None:
-            early.result()  # no session left loading behind the error
+            _fixed_session(early)  # no session left loading behind the error
         raise original_failed(exc) from None
     feeds = list(inputs) if inputs is not None else make_inputs(original, seed=seed, samples=samples, sess=s_orig)
     fetched = set(extra) | set(capture) | set(front) | set(rcap)
@@ -684,11 +668,8 @@ def verify(
 
     def load_fixed():
         nonlocal early
-        if early is not None:
-            sess, first = early.result()
-            early = None
-        else:
-            sess, first = _fixed_session(fixed, extra)
+        sess, first = _fixed_session(early if early is not None else _begin_fixed(fixed, extra))
+        early = None
         if sess is not None:
             return sess, None
         check = OutputCheck("<model>", False, float("inf"), 0.0, float("-inf"), 0.0, None,
