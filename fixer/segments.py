@@ -171,15 +171,16 @@ def current_workers() -> concurrent.futures.ThreadPoolExecutor | None:
 @contextlib.contextmanager
 def shared_workers():
     """Within the block, every segmented session begun in this thread hands its segments to the same
-    :data:`SEGMENT_WORKERS` threads (in the order they are begun); the threads end with the block,
-    once every segment handed to them is made (nothing left loading, no idle thread left behind)."""
+    :data:`SEGMENT_WORKERS` threads (in the order they are begun); the threads end with the block:
+    a session still being made is finished, one nobody waited for and not yet started is dropped
+    (the block left early: an error, Ctrl-C), so nothing is left loading and no idle thread stays."""
     pool = _new_workers()
     token = _shared.set(pool)
     try:
         yield pool
     finally:
         _shared.reset(token)
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 _ELEM_TYPES = {name.lower(): value for name, value in onnx.TensorProto.DataType.items()}

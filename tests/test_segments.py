@@ -270,3 +270,25 @@ def test_no_segment_thread_outlives_the_gate_or_a_session(small_cuts):
     fixed.graph.node[3].name = "renamed"
     v = verify_mod.verify(_wide(), fixed, contract=VerifyContract("exact"))
     assert v.ok and not segment_threads()
+
+
+def test_leaving_the_shared_block_early_drops_the_segments_not_started(small_cuts):
+    """An error (or Ctrl-C) inside the gate: the sessions nobody will wait for are not made, and the
+    threads still end with the block."""
+    import threading
+
+    started = []
+
+    def slow(m):
+        started.append(m.graph.name)
+        import time
+
+        time.sleep(0.05)
+        return verify_mod._session(m)
+
+    with pytest.raises(RuntimeError, match="stop"):
+        with segments.shared_workers():
+            seg = segments.SegmentedSession(_wide(), segments.plan(_wide()), slow)
+            raise RuntimeError("stop")
+    assert len(started) < len(seg._futures)  # the queued ones were dropped, not made
+    assert not [t for t in threading.enumerate() if t.name.startswith("nafix-segment")]
