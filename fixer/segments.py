@@ -208,90 +208,126 @@ def _typed(v: onnx.ValueInfoProto | None) -> bool:
     return v is not None and v.type.HasField("tensor_type") and v.type.tensor_type.elem_type != 0
 
 
+def _dims(v: onnx.ValueInfoProto) -> list | None:
+    """The shape ``v`` declares, as onnxruntime describes one (int, str or None per dimension)."""
+    tt = v.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+
+
+def _agrees(declared: onnx.ValueInfoProto, arg) -> bool:
+    """Whether ``declared`` says of a tensor what onnxruntime inferred for it (NodeArg ``arg``): the
+    same element type and, where onnxruntime knows a dimension's size, that size (and no size where
+    it knows none), so the segment reading it sees what the whole graph's node would."""
+    mine = _value_info(arg)
+    if mine is None or mine.type.tensor_type.elem_type != declared.type.tensor_type.elem_type:
+        return False
+    theirs, ours = arg.shape, _dims(declared)
+    if theirs is None or ours is None:
+        return theirs is None and ours is None
+    return len(theirs) == len(ours) and all(
+        (o == t) if isinstance(t, int) else not isinstance(o, int) for o, t in zip(ours, theirs))
+
+
 class SegmentedSession:
     """The graph of ``model`` cut as ``plan`` says, one onnxruntime session per segment, made by
     ``make(segment_model)``; answers ``get_inputs``, ``get_outputs`` and ``run`` as one session of
     the whole graph would (the same values, the same input and output descriptions).
 
-    A segment's input made by an earlier segment is declared as the graph's value_info (or output)
-    declares that tensor, which the segment making it checks as the whole graph would. Then the
-    constructor writes the segment models and hands each, as soon as it is written, to the threads
-    of the caller's :func:`shared_workers` block (else to :data:`SEGMENT_WORKERS` threads of its own;
-    onnxruntime makes a session outside the GIL), and returns: :meth:`ready` waits for them (the
-    other methods call it), raising the error of the first segment onnxruntime rejected, in graph
-    order, once none is left loading. Where such a tensor has no typed declaration, the constructor makes the segments in order
-    and declares it as onnxruntime inferred it in the segment that makes it."""
+    A segment's input made by an earlier segment is first declared as the graph's value_info (or
+    output) declares that tensor: the constructor writes the segment models and hands each, as soon
+    as it is written, to the threads of the caller's :func:`shared_workers` block (else to
+    :data:`SEGMENT_WORKERS` threads of its own; onnxruntime makes a session outside the GIL), and
+    returns. :meth:`ready` waits for them (the other methods call it) and checks each such
+    declaration against what onnxruntime inferred for the tensor in the segment that makes it; where
+    one differs (a stale or hand-written value_info), or where a tensor has no typed declaration,
+    the segments are made again in order, each input declared as onnxruntime inferred it, as the
+    whole graph's node would see it. The error of the first segment onnxruntime rejects, in graph
+    order, is raised, once none is left loading."""
 
     def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object]):
         g = model.graph
-        self._plan = cut
-        nodes = list(g.node)
-        inits_of = {t.name: t for t in g.initializer}
-        vi = {v.name: v for v in g.value_info}
-        declared_in = {i.name: i for i in g.input}
-        declared_out = {o.name: o for o in g.output}
+        self._plan, self._make, self._model = cut, make, model
+        self._nodes = list(g.node)
+        self._inits = {t.name: t for t in g.initializer}
+        self._vi = {v.name: v for v in g.value_info}
+        self._declared_in = {i.name: i for i in g.input}
+        self._declared_out = {o.name: o for o in g.output}
         # how each tensor is declared: a typed graph output's declaration, else its value_info (the
         # outputs a caller adds to fetch inner tensors are names alone)
-        declared = {**vi, **{t: o for t, o in declared_out.items() if _typed(o)}}
-        upfront = all(_typed(declared.get(t)) for ins in cut.inputs for t in ins if t not in declared_in)
-        args: dict[str, object] = {}  # tensor -> onnxruntime's NodeArg, from the segment that makes or reads it first
-
-        def segment_model(s: int) -> onnx.ModelProto:
-            idx = cut.segments[s]
-            m = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
-                                functions=model.functions)
-            sg = m.graph
-            sg.name = f"{g.name or 'graph'}_segment{s}"
-            sg.node.extend(nodes[k] for k in idx)
-            seen: set[str] = set()
-            for k in idx:
-                for t in cut.reads[k]:
-                    if t in inits_of and t not in seen:
-                        seen.add(t)
-                        sg.initializer.append(inits_of[t])
-            for t in cut.inputs[s]:
-                if t in declared_in:
-                    sg.input.append(declared_in[t])
-                elif upfront:
-                    sg.input.append(declared[t])
-                else:
-                    v = _value_info(args[t])
-                    if v is None:
-                        raise Unsegmentable(t)
-                    sg.input.append(v)
-            for t in cut.outputs[s]:
-                sg.output.append(declared_out[t] if t in declared_out else onnx.ValueInfoProto(name=t))
-            sg.value_info.extend(vi[t] for k in idx for t in cut.writes[k] if t in vi and t not in declared_out)
-            return m
-
+        self._declared = {**self._vi, **{t: o for t, o in self._declared_out.items() if _typed(o)}}
         self._graph_inputs = [i.name for i in g.input]
         self._graph_outputs = [o.name for o in g.output]
         self._sessions: list | None = None
         self._futures: list = []
         self._own = None  # the threads of this session alone, where no caller shares its own
-        if upfront:
+        crossing = [t for ins in cut.inputs for t in ins if t not in self._declared_in]
+        if all(_typed(self._declared.get(t)) for t in crossing):
             pool = _shared.get()
             if pool is None:
                 pool = self._own = _new_workers()
-            self._futures = [pool.submit(make, segment_model(s)) for s in range(len(cut.segments))]
+            self._futures = [pool.submit(make, self._segment_model(s, self._declared.get))
+                             for s in range(len(cut.segments))]
         else:
-            sessions = []
-            for s in range(len(cut.segments)):
-                sess = make(segment_model(s))
-                for a in sess.get_outputs():
-                    args[a.name] = a
-                sessions.append(sess)
-            self._done(sessions)
+            self._in_order()
+
+    def _segment_model(self, s: int, declare: Callable[[str], onnx.ValueInfoProto]) -> onnx.ModelProto:
+        """Segment ``s`` as a model; ``declare(t)``: how an input made by an earlier segment is declared."""
+        cut, model, vi, inits, declared_out = self._plan, self._model, self._vi, self._inits, self._declared_out
+        idx = cut.segments[s]
+        m = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
+        sg = m.graph
+        sg.name = f"{model.graph.name or 'graph'}_segment{s}"
+        sg.node.extend(self._nodes[k] for k in idx)
+        seen: set[str] = set()
+        for k in idx:
+            for t in cut.reads[k]:
+                if t in inits and t not in seen:
+                    seen.add(t)
+                    sg.initializer.append(inits[t])
+        sg.input.extend(self._declared_in[t] if t in self._declared_in else declare(t) for t in cut.inputs[s])
+        sg.output.extend(declared_out[t] if t in declared_out else onnx.ValueInfoProto(name=t) for t in cut.outputs[s])
+        sg.value_info.extend(vi[t] for k in idx for t in cut.writes[k] if t in vi and t not in declared_out)
+        return m
+
+    def _in_order(self) -> None:
+        """Make the segments one after the other, each input made by an earlier segment declared as
+        onnxruntime inferred it there (:class:`Unsegmentable` where that is not a tensor)."""
+        args: dict[str, object] = {}
+
+        def declare(t: str) -> onnx.ValueInfoProto:
+            v = _value_info(args[t])
+            if v is None:
+                raise Unsegmentable(t)
+            return v
+
+        sessions = []
+        for s in range(len(self._plan.segments)):
+            sess = self._make(self._segment_model(s, declare))
+            for a in sess.get_outputs():
+                args[a.name] = a
+            sessions.append(sess)
+        self._done(sessions)
 
     def ready(self) -> "SegmentedSession":
-        """Wait for the segments' sessions; raise the first rejected segment's error (in graph order)."""
+        """Wait for the segments' sessions (see the class); raise the first rejected segment's error."""
         if self._sessions is None:
             concurrent.futures.wait(self._futures)  # none left loading behind an error
             if self._own is not None:
                 self._own.shutdown(wait=True)
                 self._own = None
             futures, self._futures = self._futures, []
-            self._done([f.result() for f in futures])
+            made: dict[str, object] = {}  # tensor -> onnxruntime's NodeArg where its segment loaded
+            for f in futures:
+                if f.exception() is None:
+                    made.update((a.name, a) for a in f.result().get_outputs())
+            stale = any(t in made and not _agrees(self._declared[t], made[t])
+                        for ins in self._plan.inputs for t in ins if t not in self._declared_in)
+            if stale:
+                self._in_order()
+            else:
+                self._done([f.result() for f in futures])
         return self
 
     def _done(self, sessions: list) -> None:

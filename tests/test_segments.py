@@ -292,3 +292,29 @@ def test_leaving_the_shared_block_early_drops_the_segments_not_started(small_cut
             raise RuntimeError("stop")
     assert len(started) < len(seg._futures)  # the queued ones were dropped, not made
     assert not [t for t in threading.enumerate() if t.name.startswith("nafix-segment")]
+
+
+@pytest.mark.parametrize("what", ["shape", "type"])
+def test_a_stale_declaration_of_a_crossing_tensor_gives_the_whole_graphs_answer(small_cuts, what):
+    """value_info that says a wrong size (or type) for a tensor made in one segment and read in the
+    next: the segments are made again with onnxruntime's own inference there, so the answer is the
+    whole graph's (which loads and runs, or is rejected, as the whole graph is)."""
+    model = _wide()
+    cut = segments.plan(model)
+    crossing = next(t for t in cut.inputs[2] if t not in ("x", "y"))
+    for v in model.graph.value_info:
+        if v.name == crossing:
+            if what == "shape":
+                v.type.tensor_type.shape.dim[1].dim_value = 7
+            else:
+                v.type.tensor_type.elem_type = TensorProto.DOUBLE
+    try:
+        whole = verify_mod._session(model)
+    except Exception as exc:  # noqa: BLE001 - then the segmented graph must be rejected too
+        with pytest.raises(type(exc)):
+            verify_mod.session(model)
+        return
+    seg = verify_mod.session(model)
+    feed = _feeds(6)
+    for a, b in zip(seg.run(None, feed), whole.run(None, feed)):
+        assert np.array_equal(a, b)
