@@ -5,12 +5,13 @@ QDQ conv chain without graph optimizations: 0.11 s for 3,141 nodes, 2.4 s for 31
 initializers kept in place, :func:`fixer.model_io.runtime_session`; the rest is spread over its
 graph resolution, planning and allocator). A graph of :data:`SEGMENT_FROM` nodes or more is cut, in
 topological order, into segments of about :data:`SEGMENT_NODES` nodes; each is a model of its own
-(its nodes, the initializers they read, the value_info of what they make) whose inputs are the graph
-inputs and earlier segments' tensors it reads, declared as the graph declares them (or, where it does
-not, as onnxruntime inferred them in the segment that makes them). Run in order, the segments compute what the whole graph computes, bit for
-bit: without graph optimizations onnxruntime computes each node from its inputs alone, with the same
-kernel. Every node still loads in a session, against the types and shapes its inputs have in the
-whole graph, so a node onnxruntime rejects is rejected here too (in its segment's session).
+(its nodes, the initializers they read, the value_info of what they make) whose inputs are the
+graph inputs and the earlier segments' tensors it reads, declared as onnxruntime infers them in the
+segment that makes them (:class:`SegmentedSession`). Run in order, the segments compute what the
+whole graph computes, bit for bit: without graph optimizations onnxruntime computes each node from
+its inputs alone, with the same kernel. Every node still loads in a session, against the types and
+shapes its inputs have in the whole graph, so a node onnxruntime rejects is rejected here too (in
+its segment's session).
 
 What is not cut (:func:`plan` returns None; the caller makes one session as before): graphs below
 :data:`SEGMENT_FROM` nodes, graphs with subgraphs (If, Loop, Scan read outer tensors implicitly),
