@@ -263,8 +263,9 @@ class SegmentedSession:
         self._sessions: list | None = None
         self._futures: list = []
         self._own = None  # the threads of this session alone, where no caller shares its own
-        crossing = [t for ins in cut.inputs for t in ins if t not in self._declared_in]
-        if all(_typed(self._declared.get(t)) for t in crossing):
+        # the inputs one segment reads from another
+        self._crossing = [t for ins in cut.inputs for t in ins if t not in self._declared_in]
+        if all(_typed(self._declared.get(t)) for t in self._crossing):
             pool = _shared.get()
             if pool is None:
                 pool = self._own = _new_workers()
@@ -323,8 +324,7 @@ class SegmentedSession:
             for f in futures:
                 if f.exception() is None:
                     made.update((a.name, a) for a in f.result().get_outputs())
-            stale = any(t in made and not _agrees(self._declared[t], made[t])
-                        for ins in self._plan.inputs for t in ins if t not in self._declared_in)
+            stale = any(t in made and not _agrees(self._declared[t], made[t]) for t in self._crossing)
             if stale:
                 self._in_order()
             else:
