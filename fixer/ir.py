@@ -128,12 +128,14 @@ class _Links(list):
     weakly: the only reference cycles of a graph are node -> tensor -> node, which
     :meth:`Graph.release` breaks by clearing the nodes' lists."""
 
-    __slots__ = ("_owner", "_peer")
+    __slots__ = ("_owner",)
+    #: the attribute of an element that lists the owner back (a class attribute of the two kinds
+    #: below: one store less for each of the four lists every node and tensor has)
+    _peer = ""
 
-    def __init__(self, owner, peer: str, initial: Iterable = ()):
+    def __init__(self, owner, initial: Iterable = ()):
         list.__init__(self)
         self._owner = weakref.ref(owner)
-        self._peer = peer
         if initial:
             self.extend(initial)
 
@@ -220,15 +222,29 @@ class _Links(list):
         return (list, (list(self),))
 
 
+class _InLinks(_Links):
+    """A node's inputs (each tensor lists the node among its ``outputs``, its consumers) or a
+    tensor's producers (each node lists the tensor among its ``outputs``)."""
+
+    __slots__ = ()
+    _peer = "outputs"
+
+
+class _OutLinks(_Links):
+    """A node's outputs or a tensor's consumers: each element lists the owner among its ``inputs``."""
+
+    __slots__ = ()
+    _peer = "inputs"
+
+
 _ref = weakref.ref
 _lnew = list.__new__
 _lappend = list.append
 
 
-def _new_links(owner, peer: str) -> _Links:
-    links = list.__new__(_Links)
+def _new_links(owner, kind: type[_Links]) -> _Links:
+    links = _lnew(kind)
     links._owner = _ref(owner)
-    links._peer = peer
     return links
 
 
@@ -326,8 +342,8 @@ class Variable(_VariableRaw):
     def __init__(self, name: str, dtype=None, shape: Sequence | None = None, type: str = "tensor_type"):
         s = _tensor_set
         s(self, "name", name)
-        s(self, "inputs", _new_links(self, "outputs"))
-        s(self, "outputs", _new_links(self, "inputs"))
+        s(self, "inputs", _new_links(self, _InLinks))
+        s(self, "outputs", _new_links(self, _OutLinks))
         s(self, "dtype", dtype)
         s(self, "shape", shape)
         s(self, "type", type)
@@ -349,13 +365,11 @@ def _variable(name: str, dtype=None, shape=None, kind: str = "tensor_type", src=
     v = _VariableRaw()
     v.name = name
     wr = _ref(v)
-    ins = _lnew(_Links)
+    ins = _lnew(_InLinks)
     ins._owner = wr
-    ins._peer = "outputs"
     v.inputs = ins
-    outs = _lnew(_Links)
+    outs = _lnew(_OutLinks)
     outs._owner = wr
-    outs._peer = "inputs"
     v.outputs = outs
     v.dtype = dtype
     v.shape = shape
@@ -385,8 +399,8 @@ class Constant(_ConstantRaw):
             raise TypeError(f"Constant '{name}': values must be a numpy array, not {type(values).__name__}")
         s = _tensor_set
         s(self, "name", name)
-        s(self, "inputs", _new_links(self, "outputs"))
-        s(self, "outputs", _new_links(self, "inputs"))
+        s(self, "inputs", _new_links(self, _InLinks))
+        s(self, "outputs", _new_links(self, _OutLinks))
         s(self, "_values", values)
         s(self, "data_location", data_location)
         s(self, "_sparse", False)
@@ -479,8 +493,8 @@ class Constant(_ConstantRaw):
         c = object.__new__(Constant)
         s = _tensor_set
         s(c, "name", self.name)
-        s(c, "inputs", _new_links(c, "outputs"))
-        s(c, "outputs", _new_links(c, "inputs"))
+        s(c, "inputs", _new_links(c, _InLinks))
+        s(c, "outputs", _new_links(c, _OutLinks))
         for k in ("_values", "data_location", "_sparse", "_dirty", "_src", "_pi"):
             s(c, k, getattr(self, k))
         return c
@@ -494,13 +508,11 @@ def _constant_from_proto(proto, src: _Source, sparse: bool = False, name: str | 
     c = _ConstantRaw()
     c.name = name if name is not None else proto.values.name if sparse else proto.name
     wr = _ref(c)
-    ins = _lnew(_Links)
+    ins = _lnew(_InLinks)
     ins._owner = wr
-    ins._peer = "outputs"
     c.inputs = ins
-    outs = _lnew(_Links)
+    outs = _lnew(_OutLinks)
     outs._owner = wr
-    outs._peer = "inputs"
     c.outputs = outs
     c._values = None
     loc = None
@@ -555,8 +567,8 @@ class Node(_NodeRaw):
         s(self, "op", op)
         s(self, "name", "" if name is None else name)
         s(self, "attrs", {} if attrs is None else attrs)
-        s(self, "inputs", _Links(self, "outputs", inputs or ()))
-        s(self, "outputs", _Links(self, "inputs", outputs or ()))
+        s(self, "inputs", _InLinks(self, inputs or ()))
+        s(self, "outputs", _OutLinks(self, outputs or ()))
         s(self, "domain", domain)
         s(self, "_src", None)
         s(self, "_pi", -1)
@@ -763,15 +775,53 @@ class Graph:
         producers it reads, in input order; the list order itself when the graph is sorted).
         Sorting a sorted graph keeps its order. Linear in the size of the graph; raises
         ``ValueError`` on a cycle."""
-        if recurse_subgraphs:
-            for sub in list(self.subgraphs()):
-                sub.toposort(recurse_subgraphs=True)
         nodes = self.nodes
+        owners = set()  # the nodes holding subgraphs (they read what their subgraphs read outside)
+        subs = []
+        for n in nodes:
+            for v in n.attrs.values():
+                if type(v) is Graph:
+                    subs.append(v)
+                    owners.add(n)
+        if recurse_subgraphs:
+            for sub in subs:
+                sub.toposort(recurse_subgraphs=True)
         if len(nodes) < 2:
             return self
+        # fast path: every producer comes before its reader (the graph is sorted); nodes are
+        # bucketed by depth as they come (a node's depth is at most one more than the deepest so far)
+        depth = dict.fromkeys(nodes, -1)  # (-1: not reached yet; None from .get: not in this graph)
+        if len(depth) == len(nodes):
+            get = depth.get
+            buckets: list[list[Node]] = []
+            reads = self._reads
+            for n in nodes:
+                lv = 0
+                for t in (n.inputs if n not in owners else reads(n)):
+                    for p in t.inputs:
+                        lp = get(p)
+                        if lp is None:
+                            continue
+                        if lp < 0:
+                            break
+                        if lp >= lv:
+                            lv = lp + 1
+                    else:
+                        continue
+                    break  # a producer comes later: not sorted
+                else:
+                    depth[n] = lv
+                    if lv < len(buckets):
+                        buckets[lv].append(n)
+                    else:
+                        buckets.append([n])
+                    continue
+                break
+            else:
+                self.nodes = [n for b in buckets for n in b]
+                return self
         pos = {id(n): i for i, n in enumerate(nodes)}
         n_nodes = len(nodes)
-        level = [-1] * n_nodes
 
         def deps(n: Node) -> list[int]:
             out: list[int] = []
@@ -782,57 +832,37 @@ class Graph:
                         out.append(j)
             return out
 
-        # fast path: every producer comes before its reader (the graph is sorted)
-        order: list[int] | None = list(range(n_nodes))
-        for i, n in enumerate(nodes):
-            lv = 0
-            for t in (n.inputs if not has_subgraph(n) else self._reads(n)):
-                for p in t.inputs:
-                    j = pos.get(id(p))
-                    if j is None:
+        # not sorted: a depth-first post-order, as a recursive walk in list order would give
+        level = [-1] * n_nodes
+        order = []
+        on_path = [False] * n_nodes
+        dep_cache: dict[int, list[int]] = {}
+        for root in range(n_nodes):
+            if level[root] >= 0:
+                continue
+            dep_cache[root] = deps(nodes[root])
+            stack = [(root, iter(dep_cache[root]))]
+            on_path[root] = True
+            while stack:
+                i, it = stack[-1]
+                for j in it:
+                    if level[j] >= 0:
                         continue
-                    lj = level[j]
-                    if lj < 0:
-                        order = None
-                        break
-                    if lj >= lv:
-                        lv = lj + 1
-                if order is None:
+                    if on_path[j]:
+                        raise ValueError(f"the graph has a cycle through node '{nodes[j].name}' ({nodes[j].op})")
+                    on_path[j] = True
+                    dep_cache[j] = deps(nodes[j])
+                    stack.append((j, iter(dep_cache[j])))
                     break
-            if order is None:
-                break
-            level[i] = lv
-        if order is None:  # depth-first post-order, as a recursive walk in list order would give
-            level = [-1] * n_nodes
-            order = []
-            on_path = [False] * n_nodes
-            dep_cache: dict[int, list[int]] = {}
-            for root in range(n_nodes):
-                if level[root] >= 0:
-                    continue
-                dep_cache[root] = deps(nodes[root])
-                stack = [(root, iter(dep_cache[root]))]
-                on_path[root] = True
-                while stack:
-                    i, it = stack[-1]
-                    for j in it:
-                        if level[j] >= 0:
-                            continue
-                        if on_path[j]:
-                            raise ValueError(f"the graph has a cycle through node '{nodes[j].name}' ({nodes[j].op})")
-                        on_path[j] = True
-                        dep_cache[j] = deps(nodes[j])
-                        stack.append((j, iter(dep_cache[j])))
-                        break
-                    else:
-                        stack.pop()
-                        on_path[i] = False
-                        level[i] = 1 + max((level[j] for j in dep_cache[i]), default=-1)
-                        order.append(i)
-        buckets: list[list[int]] = [[] for _ in range(max(level) + 1)]
+                else:
+                    stack.pop()
+                    on_path[i] = False
+                    level[i] = 1 + max((level[j] for j in dep_cache[i]), default=-1)
+                    order.append(i)
+        by_level: list[list[int]] = [[] for _ in range(max(level) + 1)]
         for i in order:
-            buckets[level[i]].append(i)
-        self.nodes = [nodes[i] for b in buckets for i in b]
+            by_level[level[i]].append(i)
+        self.nodes = [nodes[i] for b in by_level for i in b]
         return self
 
 
@@ -962,15 +992,13 @@ class _Importer:
     def node(self, npr: onnx.NodeProto, local: dict, outer: list[dict], scope: list[dict]) -> Node:
         n = _NodeRaw()
         wr = _ref(n)
-        ins = _lnew(_Links)
+        ins = _lnew(_InLinks)
         ins._owner = wr
-        ins._peer = "outputs"
-        outs = _lnew(_Links)
+        outs = _lnew(_OutLinks)
         outs._owner = wr
-        outs._peer = "inputs"
         get = local.get
         append = _lappend
-        for name in npr.input:
+        for name in npr.input[:]:  # (a slice copies the names in C: faster to walk than the field)
             t = get(name)
             if t is None:
                 for sc in reversed(outer):
@@ -983,7 +1011,7 @@ class _Importer:
                         local[name] = t
             append(ins, t)
             append(t.outputs, n)
-        for name in npr.output:
+        for name in npr.output[:]:
             t = get(name) if name else None
             if t is None:
                 t = _variable(name)
@@ -992,13 +1020,14 @@ class _Importer:
             append(outs, t)
             append(t.inputs, n)
         attrs = {}
-        if npr.attribute:
-            for a in npr.attribute:
+        attributes = npr.attribute  # (each read of the field makes a new container)
+        if attributes:
+            for a in attributes:
                 t = a.type
                 if t == _A_INT and not a.ref_attr_name:
                     attrs[a.name] = a.i
                 elif t == _A_INTS and not a.ref_attr_name:
-                    attrs[a.name] = list(a.ints)
+                    attrs[a.name] = a.ints[:]  # (a list, copied in C)
                 else:
                     attrs[a.name] = self.attr(a, scope)
         n.op = npr.op_type

@@ -174,7 +174,7 @@ def load_model(
     # shape inference of a graph without subgraphs, functions or training graphs: _infer_apart
     flat = not scan.subgraphs and not len(model.functions) and not len(model.training_info)
     # (inference changes no node: the outputs whose shapes the probe wants are known already)
-    produced = [o for op, outs in zip(scan.ops, scan.outputs) if op != "Constant" for o in outs if o]
+    produced = scan.produced()
     init_names = scan.init_names  # (inference keeps every initializer, by name)
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
     static: list[set[str]] = []  # (the names inference typed with a static shape, when it says them)
@@ -204,14 +204,13 @@ class _NodeScan:
     names of the graph's initializers.
     """
 
-    __slots__ = ("nodes", "_top", "_inputs", "outputs", "ops", "bad_text", "external", "subgraphs", "init_names")
+    __slots__ = ("nodes", "_top", "_inputs", "_outputs", "bad_text", "external", "subgraphs", "init_names")
 
     def __init__(self, graph: onnx.GraphProto, functions=()):
         top = list(graph.node)
         self._top = top
         self._inputs = None  # read when first asked for: only the cycle and reference checks do
-        self.outputs = [n.output[:] for n in top]  # (a slice copies in C: twice as fast as list())
-        self.ops = [n.op_type for n in top]
+        self._outputs = None  # (likewise)
         self.nodes: list = []
         self.bad_text = None
         self.subgraphs = False  # some node has a GRAPH or GRAPHS attribute (even an empty one)
@@ -227,8 +226,20 @@ class _NodeScan:
     @property
     def inputs(self) -> list[list[str]]:
         if self._inputs is None:
-            self._inputs = [n.input[:] for n in self._top]
+            self._inputs = [n.input[:] for n in self._top]  # (a slice copies in C: twice as fast as list())
         return self._inputs
+
+    @property
+    def outputs(self) -> list[list[str]]:
+        if self._outputs is None:
+            self._outputs = [n.output[:] for n in self._top]
+        return self._outputs
+
+    def produced(self) -> list[str]:
+        """The tensors the top-level nodes other than Constant make, in node order."""
+        if self._outputs is not None:
+            return [o for n, outs in zip(self._top, self._outputs) if n.op_type != "Constant" for o in outs if o]
+        return [o for n in self._top if n.op_type != "Constant" for o in n.output[:] if o]
 
     def _tensors(self, attr) -> None:
         # whatever the attribute's declared type: onnx's loader visits ``t`` and ``tensors`` of all

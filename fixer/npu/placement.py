@@ -73,7 +73,7 @@ class Reason:
         return f"{self.requirement} ({self.detail}) [{self.tag}]"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class NodePlacement:
     name: str
     op_type: str
@@ -82,6 +82,16 @@ class NodePlacement:
     notes: tuple[Reason, ...] = ()
     kernel: str | None = None  # for SW nodes: "int8" or "float"
     role: str = ""  # e.g. "graph-input conversion", "weights", "data movement"
+
+    def __init__(self, name: str, op_type: str, unit: str, reasons: tuple[Reason, ...] = (),
+                 notes: tuple[Reason, ...] = (), kernel: str | None = None, role: str = ""):
+        # what the generated __init__ of a frozen dataclass does, in one store instead of one
+        # object.__setattr__ per field (one placement is made per node of every analysed graph)
+        _set_attr(self, "__dict__", {"name": name, "op_type": op_type, "unit": unit, "reasons": reasons,
+                                     "notes": notes, "kernel": kernel, "role": role})
+
+
+_set_attr = object.__setattr__
 
 
 @dataclass
