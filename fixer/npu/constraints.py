@@ -43,6 +43,8 @@ class Constraint:
     tag: str
     severity: str
     template: str
+    #: the ops it can fail on (None: any op); placement does not call it for other ops
+    ops: frozenset[str] | None = None
 
     def requirement(self, values: dict) -> str:
         return self.template.format(**values)
@@ -54,17 +56,24 @@ REGISTRY: dict[str, Constraint] = {}
 GENERIC = ("static_shape", "rank_limit", "dim_limit", "quantized_activations", "int8_activations", "params_quantized")
 
 
-def constraint(cid: str, *, tag: str, severity: str = "sw"):
-    """Register a constraint function under ``cid``; its docstring is the requirement sentence."""
+def constraint(cid: str, *, tag: str, severity: str = "sw", ops: tuple[str, ...] | None = None):
+    """Register a constraint function under ``cid``; its docstring is the requirement sentence.
+    ``ops``: the only ops it can fail on, when it is one of the checks run for many ops (the function
+    still checks the op itself: it may be called for any node)."""
     assert severity in SEVERITIES
 
     def deco(fn: Callable[[ir.Node, "PlacementContext"], Verdict]):
         if not fn.__doc__:
             raise TypeError(f"constraint {cid} needs a docstring: it is the requirement shown to users")
-        REGISTRY[cid] = Constraint(cid, fn, tag, severity, " ".join(inspect.cleandoc(fn.__doc__).split()))
+        REGISTRY[cid] = Constraint(cid, fn, tag, severity, " ".join(inspect.cleandoc(fn.__doc__).split()),
+                                   frozenset(ops) if ops is not None else None)
         return fn
 
     return deco
+
+
+_Constant = ir.Constant
+_INTS = (int, np.integer)
 
 
 def _q(node: ir.Node) -> str:
@@ -84,13 +93,23 @@ def _shape(t: ir.Tensor):
 def static_shape(node, ctx):
     """Every tensor of an NPU op must have a static shape (stedgeai needs static shapes; pin dynamic
     inputs with --input-shape)."""
-    view = ctx.view
-    is_static = view.is_static
-    folded = view.folded
-    # (is_const inline, checked after the shape: most tensors are static and this runs for every node)
-    bad = [t.name for t in (*node.inputs, *node.outputs)
-           if t.name and not isinstance(t, ir.Constant) and not is_static(t)
-           and not (t.inputs and t.inputs[0].name in folded)]
+    folded = ctx.view.folded
+    bad = []
+    # (view.is_static and view.is_const inline, the latter checked after the shape: most tensors are
+    # static and this runs for every node)
+    for tensors in (node.inputs, node.outputs):
+        for t in tensors:
+            if not t.name or type(t) is _Constant:
+                continue
+            shape = t.shape
+            if shape is not None:
+                for d in shape:
+                    if not (isinstance(d, _INTS) and d >= 0):
+                        break
+                else:
+                    continue  # static
+            if not (t.inputs and t.inputs[0].name in folded):
+                bad.append(t.name)
     if bad:
         return Verdict(False, f"{_q(node)} has tensors of unknown or dynamic shape: {', '.join(bad[:3])}")
     return OK
@@ -101,9 +120,13 @@ def rank_limit(node, ctx):
     """Tensors must have rank <= {max_rank}: the NPU's internal tensor model is 4-D and rank-5
     tensors crash atonn."""
     r = ctx.profile.limit("max_rank")
-    for t in (*node.inputs, *node.outputs):
-        if t.name and not isinstance(t, ir.Constant) and t.shape is not None and len(t.shape) > r and not ctx.view.is_const(t):
-            return Verdict(False, f"{_q(node)} tensor '{t.name}' has rank {len(t.shape)} (shape {list(t.shape)})")
+    for tensors in (node.inputs, node.outputs):
+        for t in tensors:
+            if type(t) is _Constant or not t.name:  # (before the shape: a Constant's is read from its proto)
+                continue
+            shape = t.shape
+            if shape is not None and len(shape) > r and not ctx.view.is_const(t):
+                return Verdict(False, f"{_q(node)} tensor '{t.name}' has rank {len(shape)} (shape {list(shape)})")
     return OK
 
 
@@ -111,8 +134,10 @@ def rank_limit(node, ctx):
 def dim_limit(node, ctx):
     """Every tensor dimension must be below {max_dim_exclusive}."""
     m = ctx.profile.limit("max_dim")
-    for t in (*node.inputs, *node.outputs):
-        if t.name and not isinstance(t, ir.Constant):
+    for tensors in (node.inputs, node.outputs):
+        for t in tensors:
+            if type(t) is _Constant or not t.name:
+                continue
             shape = t.shape
             if shape is None:
                 continue
@@ -129,8 +154,10 @@ def quantized_activations(node, ctx):
     """The NPU runs only 8-bit quantized ops: every activation input must come from a
     DequantizeLinear (or an int8 tensor) and every output must reach a QuantizeLinear. Anything left
     in float runs in SW on the Cortex-M55."""
-    floats_in = [t.name for t in ctx.domain.activations(node) if not ctx.domain.sourced(t)]
-    floats_out = [t.name for t in node.outputs if t.name and not ctx.domain.sunk(t)]
+    domain = ctx.domain
+    sourced, sunk = domain.sourced, domain.sunk
+    floats_in = [t.name for t in domain.activations(node) if not sourced(t)]
+    floats_out = [t.name for t in node.outputs if t.name and not sunk(t)]
     if floats_in or floats_out:
         parts = []
         if floats_in:
@@ -570,7 +597,7 @@ def resize_scales(node, ctx) -> list[float] | None:
 # --------------------------------------------------------------------------------------------
 
 
-@constraint("depthwise_stride2_hang", tag="3P", severity="note")
+@constraint("depthwise_stride2_hang", tag="3P", severity="note", ops=("Conv",))
 def depthwise_stride2_hang(node, ctx):
     """A depthwise Conv with stride 2 compiled with no SW epoch but hung the board in one
     board-verified third-party report; ST's own N6 models use stride-2 depthwise Convs, so the real
@@ -586,7 +613,7 @@ def depthwise_stride2_hang(node, ctx):
     return OK
 
 
-@constraint("reshape_between_conv_relu_hang", tag="3P", severity="hang")
+@constraint("reshape_between_conv_relu_hang", tag="3P", severity="hang", ops=("Relu",))
 def reshape_between_conv_relu_hang(node, ctx):
     """A Reshape between a Conv and its Relu compiles with no SW epoch but hangs the board: apply the
     Relu on the 4-D tensor, before the Reshape."""

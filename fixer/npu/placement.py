@@ -337,7 +337,7 @@ class PlacementContext:
     oe_export: bool
     values: dict
     source_format: str = "onnx"
-    #: (op constraints, constraints off) -> the Constraint objects _place_node checks, in order
+    #: (op, op constraints, constraints off) -> the Constraint objects _place_node checks, in order
     #: (made once per place(): the registry is read when placement starts)
     checks: dict = field(default_factory=dict)
 
@@ -413,12 +413,12 @@ def _reason(cid: str, detail: str, ctx: PlacementContext) -> Reason:
 
 def _place_node(node: ir.Node, ctx: PlacementContext) -> NodePlacement:
     view, profile = ctx.view, ctx.profile
-    label = node_label(node)
     if node.name in view.folded:
         return NodePlacement(node.name, node.op, FOLDED, role="evaluated at compile time")
     domain = getattr(node, "domain", "") or ""
     rule = profile.operators.get(node.op)
     if rule is None or (domain not in DEFAULT_DOMAINS and node.op not in CONTRIB_OK and not node.op.startswith("QLinear")):
+        label = node_label(node)
         why = Reason(
             "operator_table",
             "The op must be in the NPU operator table; other ops run in SW on the Cortex-M55.",
@@ -434,15 +434,17 @@ def _place_node(node: ir.Node, ctx: PlacementContext) -> NodePlacement:
     if rule.tier == "sw":
         if _enabled_by_option(node.op, profile):
             return NodePlacement(node.name, node.op, HW, role=f"on the NPU with {_OPTION_FOR[node.op]}")
-        r = Reason(f"sw_op:{node.op}", rule.why or f"{node.op} runs in SW.", f"'{label}' is a {node.op}", rule.tag)
+        r = Reason(f"sw_op:{node.op}", rule.why or f"{node.op} runs in SW.", f"'{node_label(node)}' is a {node.op}", rule.tag)
         return NodePlacement(node.name, node.op, SW, (r,), kernel=_kernel(node, ctx, ()))
     failing: list[Reason] = []
     notes: list[Reason] = []
     off = profile.core.constraints_off if profile.core is not None else frozenset()
-    checks = ctx.checks.get((rule.constraints, off))
+    key = (node.op, rule.constraints, off)
+    checks = ctx.checks.get(key)
     if checks is None:
-        checks = ctx.checks[(rule.constraints, off)] = tuple(
-            (cid, REGISTRY[cid]) for cid in GENERIC + rule.constraints + HAZARDS if cid not in off)
+        checks = ctx.checks[key] = tuple(
+            (cid, c) for cid in GENERIC + rule.constraints + HAZARDS if cid not in off
+            for c in (REGISTRY[cid],) if c.ops is None or node.op in c.ops)
     for cid, c in checks:
         v = c.func(node, ctx)
         if v.ok:
@@ -491,10 +493,10 @@ def _conversion(node: ir.Node, cid: str, requirement: str, detail: str, role: st
 
 def _place_qdq(node: ir.Node, ctx: PlacementContext, placed: dict[str, NodePlacement]) -> NodePlacement:
     view = ctx.view
-    label = node_label(node)
     x = node.inputs[0]
     if view.is_const_like(x):
         return NodePlacement(node.name, node.op, FOLDED, role="weights")
+    label = node_label(node)
     if node.op == "QuantizeLinear":
         src = view.source(x)
         if src is None and view.is_graph_input(view.source_tensor(x)) and not _edge_conversion_kept(ctx, "input"):
@@ -612,10 +614,13 @@ def _edge_conversion_kept(ctx: PlacementContext, edge: str) -> bool:
     return opt == "float32"
 
 
+_EPILOGUE_OPS = MOVEMENT_OPS | {"Transpose"}
+
+
 def _feeds_graph_output(t: ir.Tensor, view: GraphView) -> bool:
     """True when ``t`` reaches a graph output through data movement or Transpose only (the float
     epilogue of a graph output)."""
-    return any(c is None for c, _ in view.sinks(t, through=MOVEMENT_OPS | {"Transpose"}))
+    return any(c is None for c, _ in view.sinks(t, through=_EPILOGUE_OPS))
 
 
 def _prologue_input(t: ir.Tensor, view: GraphView) -> ir.Tensor:
