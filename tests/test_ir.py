@@ -288,6 +288,28 @@ def test_toposort_of_an_unsorted_graph():
     assert [n.name for n in chain.nodes] == ["conv", "sig", "relu", "add"]
 
 
+def test_toposort_of_a_sorted_graph_is_by_depth_then_list_order():
+    # random DAGs listed in a topological order: the one-pass path must give what the docstring
+    # promises, the nodes by depth, each depth in list order
+    for seed in range(20):
+        rng = random.Random(seed)
+        x = ir.Variable("x", np.float32, [1])
+        made = [x]
+        nodes = []
+        for i in range(rng.randint(2, 40)):
+            ins = rng.sample(made, k=min(len(made), rng.randint(1, 3)))
+            out = ir.Variable(f"t{i}", np.float32, [1])
+            nodes.append(ir.Node("Sum", f"n{i}", inputs=ins, outputs=[out]))
+            made.append(out)
+        g = ir.Graph(nodes=nodes, inputs=[x], outputs=[made[-1]])
+        depth = {}
+        for n in nodes:
+            depth[n.name] = 1 + max((depth[p.name] for t in n.inputs for p in t.inputs), default=-1)
+        want = [n.name for _, _, n in sorted((depth[n.name], i, n) for i, n in enumerate(nodes))]
+        assert [n.name for n in g.toposort().nodes] == want
+        assert [n.name for n in g.toposort().nodes] == want  # and sorting again keeps it
+
+
 def test_toposort_sees_what_subgraphs_read():
     g = ir.import_onnx(if_model())
     g.nodes.reverse()

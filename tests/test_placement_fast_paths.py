@@ -190,3 +190,23 @@ def test_by_name_maps_every_node_and_nested_names_to_their_owner():
                                  nested={"inner": "b", "gone": "missing", "a": "b"})
     # a subgraph node maps to its If; a top-level name wins over a nested one; an owner not placed is left out
     assert nested.by_name == {"inner": b, "a": a, "b": b}
+
+
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: p.name)
+def test_checks_declared_for_some_ops_are_skipped_only_where_they_pass(path, monkeypatch):
+    """A constraint that declares the ops it can fail on (``ops``) is not called for other ops: the
+    placement is the same as with every check called for every node."""
+    import dataclasses
+
+    from fixer.npu.constraints import REGISTRY
+
+    profile = resolve_profile(AnalysisOptions())
+    model = load_model(path).model
+    skipped = placement.place(GraphView(model), profile)
+    for cid, c in list(REGISTRY.items()):
+        if c.ops is not None:
+            monkeypatch.setitem(REGISTRY, cid, dataclasses.replace(c, ops=None))
+    assert any(c.ops is None for c in REGISTRY.values())
+    called = placement.place(GraphView(model), profile)
+    assert skipped.nodes == called.nodes
+    assert skipped.model_findings == called.model_findings

@@ -215,9 +215,9 @@ class QuantDomain:
                 # uint8 activations: a DequantizeLinear of a uint8 tensor that is not a weight
                 if is_dq:
                     x = node.inputs[0]
-                    u8 = x.dtype is not None and _is_uint8(x.dtype) and not view.is_const(x)
-                    u8 = u8 and not view.is_graph_input(x)
-                    u8_src[out.name] = u8
+                    # (constness first: a weight's element type is read from its proto)
+                    u8_src[out.name] = (not view.is_const(x) and (d := x.dtype) is not None and _is_uint8(d)
+                                        and not view.is_graph_input(x))
                 elif op in MOVEMENT_OPS:
                     u8_src[out.name] = any(u8_src.get(t.name, False) for t in acts)
                 else:
@@ -249,12 +249,14 @@ class QuantDomain:
     def _sunk_of(self, t: ir.Tensor) -> bool:
         if self._is_int(t):
             return True
-        if self.view.is_graph_output(t):
+        view = self.view
+        if t.name in view.output_names:  # (view.is_graph_output, inline: this runs for every tensor)
             return False
         ok = True
-        producer = self.view.producer(t)
+        producer = t.inputs[0] if t.inputs else None
+        folded = view.folded
         for c in t.outputs:
-            if c.op == "QuantizeLinear" or c.name in self.view.folded or c.op == "Shape":
+            if c.op == "QuantizeLinear" or c.name in folded or c.op == "Shape":
                 continue
             fused = (self.strict and producer is not None and producer.op in self._hw_ops
                      and self._epilogue(c, t))
