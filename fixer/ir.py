@@ -768,6 +768,34 @@ class Graph:
         return self
 
     # -- toposort ---------------------------------------------------------------------------------
+    def _depth_buckets(self, owners: set) -> list[list[Node]] | None:
+        """The nodes by depth (each depth in list order) when every producer comes before its reader,
+        in one pass: a node's depth is at most one more than the deepest bucket so far; None when
+        the graph is not sorted (or lists a node twice). ``owners``: the nodes holding subgraphs."""
+        nodes = self.nodes
+        depth = dict.fromkeys(nodes, -1)  # (-1: not reached yet; None from .get: not in this graph)
+        if len(depth) != len(nodes):
+            return None
+        get = depth.get
+        buckets: list[list[Node]] = []
+        for n in nodes:
+            lv = 0
+            for t in (n.inputs if n not in owners else self._reads(n)):
+                for p in t.inputs:
+                    lp = get(p)
+                    if lp is None:
+                        continue
+                    if lp < 0:
+                        return None  # a producer comes later
+                    if lp >= lv:
+                        lv = lp + 1
+            depth[n] = lv
+            if lv < len(buckets):
+                buckets[lv].append(n)
+            else:
+                buckets.append([n])
+        return buckets
+
     def toposort(self, recurse_subgraphs: bool = True, recurse_functions: bool = True, mode: str = "full") -> "Graph":
         """Sort the nodes topologically, by depth: a node's depth is one more than the deepest node
         it reads from (0 for nodes that read only inputs and constants), and nodes of equal depth
@@ -788,38 +816,10 @@ class Graph:
                 sub.toposort(recurse_subgraphs=True)
         if len(nodes) < 2:
             return self
-        # fast path: every producer comes before its reader (the graph is sorted); nodes are
-        # bucketed by depth as they come (a node's depth is at most one more than the deepest so far)
-        depth = dict.fromkeys(nodes, -1)  # (-1: not reached yet; None from .get: not in this graph)
-        if len(depth) == len(nodes):
-            get = depth.get
-            buckets: list[list[Node]] = []
-            reads = self._reads
-            for n in nodes:
-                lv = 0
-                for t in (n.inputs if n not in owners else reads(n)):
-                    for p in t.inputs:
-                        lp = get(p)
-                        if lp is None:
-                            continue
-                        if lp < 0:
-                            break
-                        if lp >= lv:
-                            lv = lp + 1
-                    else:
-                        continue
-                    break  # a producer comes later: not sorted
-                else:
-                    depth[n] = lv
-                    if lv < len(buckets):
-                        buckets[lv].append(n)
-                    else:
-                        buckets.append([n])
-                    continue
-                break
-            else:
-                self.nodes = [n for b in buckets for n in b]
-                return self
+        buckets = self._depth_buckets(owners)
+        if buckets is not None:  # sorted: by depth, each depth in list order
+            self.nodes = [n for b in buckets for n in b]
+            return self
         pos = {id(n): i for i, n in enumerate(nodes)}
         n_nodes = len(nodes)
 
