@@ -938,26 +938,13 @@ class _Importer:
                 local[name] = _constant_from_proto(sp, src, sparse=True)
         if self.types:
             value_info = self._value_info
-            decoded = self._decoded
-            protos = src.protos
+            new_value = self._new_value
             for vi in gp.value_info:
                 name = vi.name
                 if outer or name in local:  # an initializer's or a repeated name, or a subgraph: all cases
                     value_info(vi, local, outer, update=True)
-                    continue
-                # (what _value_info does for a new name of the top-level graph, inline: it runs for
-                # most tensors of a graph)
-                key = vi.type.SerializeToString()
-                if key:
-                    known = decoded.get(key)
-                    if known is None:
-                        known = decoded[key] = _vi_type(vi)
-                    dtype, shape, kind = known
-                    v = _variable(name, dtype, shape[:] if shape is not None else None, kind, src, len(protos))
-                else:
-                    v = _variable(name, src=src, pi=len(protos))
-                protos.append(vi)
-                local[name] = v
+                else:  # (a new name of the top-level graph: most tensors, one call)
+                    new_value(vi, name, local)
         inputs = [self._value_info(vi, local, (), update=False) for vi in gp.input if vi.name not in inits]
         outputs = [self._value_info(vi, local, (), update=False) for vi in gp.output]
         nodes = []
@@ -996,6 +983,10 @@ class _Importer:
                 t = scope.get(name)
                 if t is not None:
                     return t
+        return self._new_value(vi, name, local)
+
+    def _new_value(self, vi, name: str, local: dict) -> Variable:
+        """The Variable of ``vi`` (named ``name``, not in ``local`` yet), recorded in ``local``."""
         key = vi.type.SerializeToString()
         src = self.src
         protos = src.protos

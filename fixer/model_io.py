@@ -237,8 +237,6 @@ class _NodeScan:
 
     def produced(self) -> list[str]:
         """The tensors the top-level nodes other than Constant make, in node order."""
-        if self._outputs is not None:
-            return [o for n, outs in zip(self._top, self._outputs) if n.op_type != "Constant" for o in outs if o]
         return [o for n in self._top if n.op_type != "Constant" for o in n.output[:] if o]
 
     def _tensors(self, attr) -> None:
