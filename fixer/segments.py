@@ -50,7 +50,8 @@ class Plan:
     ``inputs`` (per segment, in order: the tensors it reads that it does not make and that are not
     initializers), ``outputs`` (per segment: what it makes that a later segment reads or that is a
     graph output), ``last_read`` (tensor -> the last segment that reads it), ``reads`` and
-    ``writes`` (per node: the names it reads and makes, empty names left out)."""
+    ``writes`` (per node: the names it reads and makes, empty names left out), ``initializers``
+    (per segment: the initializers its nodes read, in the order they first read them)."""
 
     segments: list[list[int]]
     inputs: list[list[str]]
@@ -58,6 +59,7 @@ class Plan:
     last_read: dict[str, int]
     reads: list[list[str]]
     writes: list[list[str]]
+    initializers: list[list[str]]
 
 
 def plan(model: onnx.ModelProto) -> Plan | None:
@@ -139,14 +141,19 @@ def plan(model: onnx.ModelProto) -> Plan | None:
                 seg_of[o] = s
     last_read: dict[str, int] = {}
     inputs: list[list[str]] = []
+    own: list[list[str]] = []
     for s, idx in enumerate(segments):
         ins: dict[str, None] = {}
+        read_inits: dict[str, None] = {}
         for k in idx:
             for t in reads[k]:
-                if t not in inits and seg_of.get(t, -1) != s:
+                if t in inits:
+                    read_inits[t] = None
+                elif seg_of.get(t, -1) != s:
                     ins[t] = None
                     last_read[t] = s
         inputs.append(list(ins))
+        own.append(list(read_inits))
     graph_outputs = {o.name for o in g.output}
     outputs = [[] for _ in segments]
     for s, idx in enumerate(segments):
@@ -154,7 +161,7 @@ def plan(model: onnx.ModelProto) -> Plan | None:
             for o in writes[k]:
                 if o in graph_outputs or last_read.get(o, -1) > s:
                     outputs[s].append(o)
-    return Plan(segments, inputs, outputs, last_read, reads, writes)
+    return Plan(segments, inputs, outputs, last_read, reads, writes, own)
 
 
 _shared: contextvars.ContextVar = contextvars.ContextVar("nafix_segment_workers", default=None)
@@ -231,6 +238,84 @@ def _agrees(declared: onnx.ValueInfoProto, arg) -> bool:
         (o == t) if isinstance(t, int) else not isinstance(o, int) for o, t in zip(ours, theirs))
 
 
+class _Parts:
+    """What segments of ``model`` are made of: its header (IR version, opsets, functions) serialized;
+    its graph's nodes, initializers and value_info by position, each serialized on its own where
+    :func:`_wire_classes` can read them so (else the messages themselves); and where each
+    initializer and value_info is, by name (the last of a name, as a dict of them would hold)."""
+
+    def __init__(self, model: onnx.ModelProto):
+        g = model.graph
+        self.header = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
+                                      functions=model.functions).SerializeToString()
+        self.init_at = {t.name: k for k, t in enumerate(g.initializer)}
+        self.vi_at = {v.name: k for k, v in enumerate(g.value_info)}
+        wire = _wire_classes()
+        if wire is None:
+            self.nodes, self.initializers, self.value_info = g.node, g.initializer, g.value_info
+        else:
+            parsed = wire[0].FromString(g.SerializeToString())
+            self.nodes, self.initializers, self.value_info = parsed.node[:], parsed.initializer[:], parsed.value_info[:]
+
+
+_WIRE: list = []
+
+
+def _wire_classes():
+    """(GraphWire, ModelWire): message classes of the ONNX wire format whose GraphProto fields
+    ``node``, ``initializer``, ``input``, ``output`` and ``value_info`` are kept as the bytes of each
+    message and whose ModelProto field ``graph`` is bytes, or None where they cannot be made here.
+
+    A segment is assembled from its parts' bytes (the same bytes protobuf writes for each message)
+    without copying each node and initializer into a new message in Python: for a 31k-node graph
+    ~0.15 s less per segmented model. A self-test decides they are usable: a model assembled so
+    parses back equal to one built of the messages."""
+    if _WIRE:
+        return _WIRE[0]
+    classes = None
+    try:
+        from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+        field = descriptor_pb2.FieldDescriptorProto
+        fdp = descriptor_pb2.FileDescriptorProto(name="nafix_segments/wire.proto", package="nafix_segments",
+                                                 syntax="proto2")
+        numbers = onnx.GraphProto.DESCRIPTOR.fields_by_name
+        graph = fdp.message_type.add(name="GraphWire")
+        graph.field.add(name="name", number=numbers["name"].number, label=field.LABEL_OPTIONAL,
+                        type=field.TYPE_STRING)
+        for name in ("node", "initializer", "input", "output", "value_info"):
+            graph.field.add(name=name, number=numbers[name].number, label=field.LABEL_REPEATED,
+                            type=field.TYPE_BYTES)
+        fdp.message_type.add(name="ModelWire").field.add(
+            name="graph", number=onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number,
+            label=field.LABEL_OPTIONAL, type=field.TYPE_BYTES)
+        pool = descriptor_pool.DescriptorPool()
+        pool.Add(fdp)
+        graph_wire, model_wire = (message_factory.GetMessageClass(pool.FindMessageTypeByName(f"nafix_segments.{n}"))
+                                  for n in ("GraphWire", "ModelWire"))
+        # self-test
+        probe = helper.make_model(helper.make_graph(
+            [helper.make_node("Add", ["x", "w"], ["y"], name="n")], "probe",
+            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, "n"])],
+            [helper.make_tensor_value_info("z", onnx.TensorProto.FLOAT, [1, 2])],
+            [helper.make_tensor("w", onnx.TensorProto.FLOAT, [2], [1.0, 2.0])],
+            value_info=[helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2])]),
+            opset_imports=[helper.make_opsetid("", 13)])
+        parts = graph_wire.FromString(probe.graph.SerializeToString())
+        g = probe.graph
+        sg = graph_wire(name=g.name, node=parts.node[:], initializer=parts.initializer[:], value_info=parts.value_info[:],
+                        input=[v.SerializeToString() for v in g.input], output=[v.SerializeToString() for v in g.output])
+        header = onnx.ModelProto(ir_version=probe.ir_version, opset_import=probe.opset_import)
+        assembled = onnx.ModelProto.FromString(header.SerializeToString()
+                                               + model_wire(graph=sg.SerializeToString()).SerializeToString())
+        assert assembled == probe and assembled.SerializeToString() == probe.SerializeToString()
+        classes = (graph_wire, model_wire)
+    except Exception:  # noqa: BLE001 - segments are then built of the messages themselves
+        classes = None
+    _WIRE.append(classes)
+    return classes
+
+
 class SegmentedSession:
     """The graph of ``model`` cut as ``plan`` says, one onnxruntime session per segment, made by
     ``make(segment_model)``; answers ``get_inputs``, ``get_outputs`` and ``run`` as one session of
@@ -250,21 +335,26 @@ class SegmentedSession:
     def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object]):
         g = model.graph
         self._plan, self._make, self._model = cut, make, model
-        self._nodes = list(g.node)
-        self._inits = {t.name: t for t in g.initializer}
-        self._vi = {v.name: v for v in g.value_info}
         self._declared_in = {i.name: i for i in g.input}
         self._declared_out = {o.name: o for o in g.output}
-        # how each tensor is declared: a typed graph output's declaration, else its value_info (the
-        # outputs a caller adds to fetch inner tensors are names alone)
-        self._declared = {**self._vi, **{t: o for t, o in self._declared_out.items() if _typed(o)}}
         self._graph_inputs = [i.name for i in g.input]
         self._graph_outputs = [o.name for o in g.output]
+        self._parts = _Parts(model)
         self._sessions: list | None = None
         self._futures: list = []
         self._own = None  # the threads of this session alone, where no caller shares its own
         # the inputs one segment reads from another
         self._crossing = [t for ins in cut.inputs for t in ins if t not in self._declared_in]
+        # how each is declared: a typed graph output's declaration, else its value_info (the outputs
+        # a caller adds to fetch inner tensors are names alone)
+        self._declared: dict[str, onnx.ValueInfoProto] = {}
+        vi_at = self._parts.vi_at
+        for t in self._crossing:
+            o = self._declared_out.get(t)
+            if o is not None and _typed(o):
+                self._declared[t] = o
+            elif t in vi_at:
+                self._declared[t] = g.value_info[vi_at[t]]
         if all(_typed(self._declared.get(t)) for t in self._crossing):
             pool = _shared.get()
             if pool is None:
@@ -276,22 +366,30 @@ class SegmentedSession:
 
     def _segment_model(self, s: int, declare: Callable[[str], onnx.ValueInfoProto]) -> onnx.ModelProto:
         """Segment ``s`` as a model; ``declare(t)``: how an input made by an earlier segment is declared."""
-        cut, model, vi, inits, declared_out = self._plan, self._model, self._vi, self._inits, self._declared_out
+        cut, parts, declared_in, declared_out = self._plan, self._parts, self._declared_in, self._declared_out
         idx = cut.segments[s]
-        m = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import, functions=model.functions)
-        sg = m.graph
-        sg.name = f"{model.graph.name or 'graph'}_segment{s}"
-        sg.node.extend(self._nodes[k] for k in idx)
-        seen: set[str] = set()
-        for k in idx:
-            for t in cut.reads[k]:
-                if t in inits and t not in seen:
-                    seen.add(t)
-                    sg.initializer.append(inits[t])
-        sg.input.extend(self._declared_in[t] if t in self._declared_in else declare(t) for t in cut.inputs[s])
-        sg.output.extend(declared_out[t] if t in declared_out else onnx.ValueInfoProto(name=t) for t in cut.outputs[s])
-        sg.value_info.extend(vi[t] for k in idx for t in cut.writes[k] if t in vi and t not in declared_out)
-        return m
+        name = f"{self._model.graph.name or 'graph'}_segment{s}"
+        ins = [declared_in[t] if t in declared_in else declare(t) for t in cut.inputs[s]]
+        outs = [declared_out[t] if t in declared_out else onnx.ValueInfoProto(name=t) for t in cut.outputs[s]]
+        nodes = [parts.nodes[k] for k in idx]
+        inits = [parts.initializers[parts.init_at[t]] for t in cut.initializers[s]]
+        vi_at, vis = parts.vi_at, parts.value_info
+        made = [vis[vi_at[t]] for k in idx for t in cut.writes[k] if t in vi_at and t not in declared_out]
+        wire = _wire_classes()
+        if wire is None:
+            m = onnx.ModelProto.FromString(parts.header)
+            sg = m.graph
+            sg.name = name
+            sg.node.extend(nodes)
+            sg.initializer.extend(inits)
+            sg.input.extend(ins)
+            sg.output.extend(outs)
+            sg.value_info.extend(made)
+            return m
+        graph_wire, model_wire = wire
+        sg = graph_wire(name=name, node=nodes, initializer=inits, value_info=made,
+                        input=[v.SerializeToString() for v in ins], output=[v.SerializeToString() for v in outs])
+        return onnx.ModelProto.FromString(parts.header + model_wire(graph=sg.SerializeToString()).SerializeToString())
 
     def _in_order(self) -> None:
         """Make the segments one after the other, each input made by an earlier segment declared as
