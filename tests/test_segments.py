@@ -318,3 +318,28 @@ def test_a_stale_declaration_of_a_crossing_tensor_gives_the_whole_graphs_answer(
     feed = _feeds(6)
     for a, b in zip(seg.run(None, feed), whole.run(None, feed)):
         assert np.array_equal(a, b)
+
+
+def test_segments_assembled_from_bytes_equal_those_built_of_messages(small_cuts, monkeypatch):
+    """A segment's model is assembled from its nodes', initializers' and value_info's serialized
+    bytes (segments._wire_classes); where that view cannot be made, of the messages themselves: the
+    two give the same models, byte for byte (two model outputs, a Constant node, an empty input name,
+    an initializer read by every segment)."""
+    model = _wide()
+    cut = segments.plan(model)
+    assert len(cut.segments) > 3
+
+    def built():
+        s = segments.SegmentedSession(model, cut, lambda m: m)
+        return [f.result().SerializeToString() for f in s._futures]
+
+    assert segments._wire_classes() is not None  # the fast path is the one this runtime takes
+    from_bytes = built()
+    monkeypatch.setattr(segments, "_WIRE", [None])
+    assert segments._wire_classes() is None
+    of_messages = built()
+    assert from_bytes == of_messages
+    first = onnx.ModelProto.FromString(from_bytes[0])
+    assert first.graph.name == "wide_segment0" and first.opset_import == model.opset_import
+    assert {t.name for t in first.graph.initializer} == {
+        t for k in cut.segments[0] for t in cut.reads[k] if t in {i.name for i in model.graph.initializer}}
