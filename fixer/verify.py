@@ -676,22 +676,36 @@ def verify(
                             f"the rewritten model does not load in onnxruntime: {first}")
         return None, Verification(False, contract, list(rules), [check], src, len(feeds))
 
-    if whole is not None:
-        s_fix = whole.sess
-    else:
-        s_fix, failed = load_fixed()
-        if failed is not None:
-            return failed
-    fixed_names = {o.name for o in s_fix.get_outputs()}
-    missing = [n for n in names if n not in fixed_names]
-    if missing:
-        checks = [OutputCheck(n, False, float("inf"), 0.0, float("-inf"), 0.0, None, "output missing from the fixed model")
-                  for n in missing]
-        return Verification(False, contract, list(rules), checks, src, len(feeds))
+    s_fix = None
+    fixed_inputs: set[str] = set()
+
+    def fixed_ready() -> Verification | None:
+        """Wait for the fixed model's session (or the whole run's): the failed verdict where it does
+        not load or lacks an output the original has, else None."""
+        nonlocal s_fix, fixed_inputs
+        if whole is not None:
+            s_fix = whole.sess
+        else:
+            s_fix, failed = load_fixed()
+            if failed is not None:
+                return failed
+        fixed_names = {o.name for o in s_fix.get_outputs()}
+        missing = [n for n in names if n not in fixed_names]
+        if missing:
+            checks = [OutputCheck(n, False, float("inf"), 0.0, float("-inf"), 0.0, None,
+                                  "output missing from the fixed model") for n in missing]
+            return Verification(False, contract, list(rules), checks, src, len(feeds))
+        fixed_inputs = {i.name for i in s_fix.get_inputs()}
+        return None
+
+    # with the rewritten nodes apart, the fixed model is waited for only where an input set needs it
+    # or at the end (its verdict is the same then): a large graph's segments go on loading in the
+    # shared threads while the original runs and the rewritten nodes are checked
+    if rpart is None and (failed := fixed_ready()) is not None:
+        return failed
     lsb = _output_scales(original)
     acc: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {n: [] for n in names + extra}
     captured: list[dict[str, np.ndarray]] = []
-    fixed_inputs = {i.name for i in s_fix.get_inputs()}
     prun = _PartRun(fpart, fixed, boundaries, in_changes, names + extra) if fpart is not None else None
     rrun = _RewrittenRun(rpart) if rpart is not None else None
     rproven = False  # the rewritten nodes computed the original's values on an input set already
@@ -716,7 +730,12 @@ def verify(
             more = list(front)
         else:
             more = list(rcap) + ([] if rproven else [t for t in front if t not in rcap])
-        ref, vals = run_original(feed, more)
+        try:
+            ref, vals = run_original(feed, more)
+        except Exception:
+            if s_fix is None and (failed := fixed_ready()) is not None:
+                return failed  # (as when the fixed model was waited for before any run)
+            raise
         if rrun is not None:
             try:
                 proven = rrun.proven(vals)
@@ -730,6 +749,8 @@ def verify(
                     acc[n].append((np.asarray(r), np.asarray(r)))
                 continue
             rrun = None  # they differ here: the part (or the whole model) runs from this input set on
+            if s_fix is None and (failed := fixed_ready()) is not None:
+                return failed
             if any(t not in vals for t in front):
                 ref, vals = run_original(feed, list(front))
             whole = build_whole()
@@ -772,6 +793,9 @@ def verify(
             elif n in extra:
                 r = _as_int8_if_shifted(r, np.asarray(g).dtype.type)
             acc[n].append((np.asarray(r), np.asarray(g)))
+
+    if s_fix is None and (failed := fixed_ready()) is not None:
+        return failed  # the rewritten nodes proved every input set: the fixed model must still load
 
     def flat(n):
         a = np.concatenate([r.reshape(-1) for r, _ in acc[n]]) if acc[n] else np.zeros(0)

@@ -126,6 +126,47 @@ def test_a_wrong_rewrite_is_still_rejected(monkeypatch):
     assert [ok for ok, _ in seen] == [False]  # tried on the first input set only
 
 
+def _unloadable(fixed: onnx.ModelProto) -> onnx.ModelProto:
+    """``fixed`` with a value_info that says an unchanged tensor ('u', below the rewritten Conv) is
+    int64: the rewritten nodes alone still load and compute the original's values, the whole fixed
+    model does not load in onnxruntime."""
+    bad = onnx.ModelProto()
+    bad.CopyFrom(fixed)
+    bad.graph.value_info.append(helper.make_tensor_value_info("u", TensorProto.INT64, [1, 4, 6, 6]))
+    return bad
+
+
+@pytest.mark.parametrize("whole_waited", [False, True], ids=["rewritten-nodes-alone", "fixed-model-first"])
+def test_a_fixed_model_that_does_not_load_fails_the_gate_though_the_rewritten_nodes_prove_every_input_set(
+        monkeypatch, whole_waited):
+    """With the rewritten nodes alone, the gate waits for the fixed model's session only once every
+    input set is proven (it loads meanwhile): the verdict is the one given when it was waited for
+    before any run, also when the original fails to run on an input set."""
+    orig, fixed = _convs(dilation=2), _unloadable(_convs(dilation=1, w_name="w_new"))
+    seen = _spy(monkeypatch)
+    v = _verify(orig, fixed, rewritten=not whole_waited, monkeypatch=monkeypatch)
+    assert not v["ok"] and [o["name"] for o in v["outputs"]] == ["<model>"]
+    assert "does not load in onnxruntime" in v["outputs"][0]["detail"]
+    assert [ok for ok, _ in seen] == ([] if whole_waited else [True] * 3)  # proven on all 3, then waited for
+    # the original failing to run on an input set: the fixed model's verdict still comes first
+    def refuse(feed, names):
+        raise RuntimeError("the original does not run here")
+    a = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"), rules=["X"], original_run=refuse)
+    assert not a.ok and "does not load in onnxruntime" in a.outputs[0].detail
+    with pytest.raises(RuntimeError, match="does not run here"):  # a fixed model that loads: the original's error
+        verify_mod.verify(orig, _convs(dilation=1, w_name="w_new"), contract=VerifyContract("exact"), rules=["X"],
+                          original_run=refuse)
+
+
+def test_a_fixed_model_missing_an_output_fails_the_gate_with_the_rewritten_nodes_alone(monkeypatch):
+    orig = _model(_convs(dilation=2).graph.node, {}, outputs=("y", "t"))
+    orig.graph.initializer.extend(_convs(dilation=2).graph.initializer)
+    fixed = _convs(dilation=1, w_name="w_new")  # no output 't'
+    a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
+    b = _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch)
+    assert a == b and not a["ok"] and [o["detail"] for o in a["outputs"]] == ["output missing from the fixed model"]
+
+
 def _qdq_tail(bias: float):
     """x -> Add(bias) -> QuantizeLinear (scale 1) -> DequantizeLinear -> Relu -> y: a rewrite that
     moves the float values a little (``bias``) but not across a rounding boundary."""
