@@ -81,7 +81,7 @@ def plan(model: onnx.ModelProto) -> Plan | None:
         if n.op_type in _SUBGRAPH_OPS or (n.domain not in ("", "ai.onnx")
                                           and any(a.type in sub for a in n.attribute)):
             return None
-        outs = list(n.output)
+        outs = n.output[:]
         if "" in outs:
             outs = [o for o in outs if o]
         for o in outs:
@@ -89,22 +89,23 @@ def plan(model: onnx.ModelProto) -> Plan | None:
                 return None
             producer[o] = k
         writes.append(outs)
-        ins = list(n.input)
+        ins = n.input[:]
         reads.append([t for t in ins if t] if "" in ins else ins)
     # each node's producers, in the order it reads them; the graph inputs nodes read
     preds: list[list[int]] = []
     read_inputs: set[str] = set()
+    get = producer.get
     for ins in reads:
-        ps: dict[int, None] = {}
+        ps = []
         for t in ins:
-            p = producer.get(t)
+            p = get(t)
             if p is not None:
-                ps[p] = None
+                ps.append(p)
             elif t not in taken:
                 return None  # read but never made: onnxruntime's error, from the whole graph
             elif t not in inits:
                 read_inputs.add(t)
-        preds.append(list(ps))
+        preds.append(list(dict.fromkeys(ps)) if len(ps) > 1 else ps)
     if len(read_inputs) != len(graph_inputs) or any(o.name not in producer for o in g.output):
         return None
     # depth-first post-order from the graph outputs (then from nodes nothing reached): each node
