@@ -242,7 +242,8 @@ def _agrees(declared: onnx.ValueInfoProto, arg) -> bool:
 class _Parts:
     """What segments of ``model`` are made of: its header (IR version, opsets, functions) serialized;
     its graph's nodes, initializers and value_info by position, each serialized on its own where
-    :func:`_wire_classes` can read them so (else the messages themselves); and where each
+    :func:`_wire_classes` can read them so (else, and for a graph protobuf cannot serialize whole,
+    over 2 GiB, the messages themselves); and where each
     initializer and value_info is, by name (the last of a name, as a dict of them would hold)."""
 
     def __init__(self, model: onnx.ModelProto):
@@ -251,12 +252,17 @@ class _Parts:
                                       functions=model.functions).SerializeToString()
         self.init_at = {t.name: k for k, t in enumerate(g.initializer)}
         self.vi_at = {v.name: k for k, v in enumerate(g.value_info)}
-        wire = _wire_classes()
-        if wire is None:
+        #: the wire classes the parts are bytes of, or None (the parts are the messages)
+        self.wire = _wire_classes()
+        if self.wire is not None:
+            try:
+                parsed = self.wire[0].FromString(g.SerializeToString())
+            except Exception:  # noqa: BLE001 - a graph over protobuf's 2 GiB: its messages, segment by segment
+                self.wire = None
+            else:
+                self.nodes, self.initializers, self.value_info = parsed.node[:], parsed.initializer[:], parsed.value_info[:]
+        if self.wire is None:
             self.nodes, self.initializers, self.value_info = g.node, g.initializer, g.value_info
-        else:
-            parsed = wire[0].FromString(g.SerializeToString())
-            self.nodes, self.initializers, self.value_info = parsed.node[:], parsed.initializer[:], parsed.value_info[:]
 
 
 _WIRE: list = []
@@ -376,8 +382,7 @@ class SegmentedSession:
         inits = [parts.initializers[parts.init_at[t]] for t in cut.initializers[s]]
         vi_at, vis = parts.vi_at, parts.value_info
         made = [vis[vi_at[t]] for k in idx for t in cut.writes[k] if t in vi_at and t not in declared_out]
-        wire = _wire_classes()
-        if wire is None:
+        if parts.wire is None:
             m = onnx.ModelProto.FromString(parts.header)
             sg = m.graph
             sg.name = name
@@ -387,7 +392,7 @@ class SegmentedSession:
             sg.output.extend(outs)
             sg.value_info.extend(made)
             return m
-        graph_wire, model_wire = wire
+        graph_wire, model_wire = parts.wire
         sg = graph_wire(name=name, node=nodes, initializer=inits, value_info=made,
                         input=[v.SerializeToString() for v in ins], output=[v.SerializeToString() for v in outs])
         return onnx.ModelProto.FromString(parts.header + model_wire(graph=sg.SerializeToString()).SerializeToString())

@@ -335,10 +335,19 @@ def test_segments_assembled_from_bytes_equal_those_built_of_messages(small_cuts,
 
     assert segments._wire_classes() is not None  # the fast path is the one this runtime takes
     from_bytes = built()
+    real = segments._wire_classes()
+
+    class Unreadable:  # as for a graph over protobuf's 2 GiB, which cannot be serialized whole
+        @staticmethod
+        def FromString(data):
+            raise ValueError("Message onnx.GraphProto exceeds maximum protobuf size of 2GB")
+
+    monkeypatch.setattr(segments, "_WIRE", [(Unreadable, real[1])])
+    too_large = built()
     monkeypatch.setattr(segments, "_WIRE", [None])
     assert segments._wire_classes() is None
     of_messages = built()
-    assert from_bytes == of_messages
+    assert from_bytes == of_messages == too_large
     first = onnx.ModelProto.FromString(from_bytes[0])
     assert first.graph.name == "wide_segment0" and first.opset_import == model.opset_import
     assert {t.name for t in first.graph.initializer} == {
