@@ -142,7 +142,7 @@ def plan(model: onnx.ModelProto) -> Plan | None:
                 seg_of[o] = s
     last_read: dict[str, int] = {}
     inputs: list[list[str]] = []
-    own: list[list[str]] = []
+    initializers: list[list[str]] = []
     for s, idx in enumerate(segments):
         ins: dict[str, None] = {}
         read_inits: dict[str, None] = {}
@@ -154,7 +154,7 @@ def plan(model: onnx.ModelProto) -> Plan | None:
                     ins[t] = None
                     last_read[t] = s
         inputs.append(list(ins))
-        own.append(list(read_inits))
+        initializers.append(list(read_inits))
     graph_outputs = {o.name for o in g.output}
     outputs = [[] for _ in segments]
     for s, idx in enumerate(segments):
@@ -162,7 +162,7 @@ def plan(model: onnx.ModelProto) -> Plan | None:
             for o in writes[k]:
                 if o in graph_outputs or last_read.get(o, -1) > s:
                     outputs[s].append(o)
-    return Plan(segments, inputs, outputs, last_read, reads, writes, own)
+    return Plan(segments, inputs, outputs, last_read, reads, writes, initializers)
 
 
 _shared: contextvars.ContextVar = contextvars.ContextVar("nafix_segment_workers", default=None)
@@ -243,8 +243,8 @@ class _Parts:
     """What segments of ``model`` are made of: its header (IR version, opsets, functions) serialized;
     its graph's nodes, initializers and value_info by position, each serialized on its own where
     :func:`_wire_classes` can read them so (else, and for a graph protobuf cannot serialize whole,
-    over 2 GiB, the messages themselves); and where each
-    initializer and value_info is, by name (the last of a name, as a dict of them would hold)."""
+    over 2 GiB, the messages themselves); and where each initializer and value_info is, by name (the
+    last of a name, as a dict of them would hold)."""
 
     def __init__(self, model: onnx.ModelProto):
         g = model.graph
@@ -310,17 +310,26 @@ def _wire_classes():
             opset_imports=[helper.make_opsetid("", 13)])
         parts = graph_wire.FromString(probe.graph.SerializeToString())
         g = probe.graph
-        sg = graph_wire(name=g.name, node=parts.node[:], initializer=parts.initializer[:], value_info=parts.value_info[:],
-                        input=[v.SerializeToString() for v in g.input], output=[v.SerializeToString() for v in g.output])
-        header = onnx.ModelProto(ir_version=probe.ir_version, opset_import=probe.opset_import)
-        assembled = onnx.ModelProto.FromString(header.SerializeToString()
-                                               + model_wire(graph=sg.SerializeToString()).SerializeToString())
+        header = onnx.ModelProto(ir_version=probe.ir_version, opset_import=probe.opset_import).SerializeToString()
+        assembled = _assembled((graph_wire, model_wire), header, g.name, parts.node[:], parts.initializer[:],
+                               parts.value_info[:], g.input, g.output)
         assert assembled == probe and assembled.SerializeToString() == probe.SerializeToString()
         classes = (graph_wire, model_wire)
     except Exception:  # noqa: BLE001 - segments are then built of the messages themselves
         classes = None
     _WIRE.append(classes)
     return classes
+
+
+def _assembled(wire, header: bytes, name: str, nodes: list[bytes], initializers: list[bytes],
+               value_info: list[bytes], inputs, outputs) -> onnx.ModelProto:
+    """The model of ``header`` (a serialized ModelProto without its graph) whose graph ``name`` holds
+    the serialized ``nodes``, ``initializers`` and ``value_info`` and the ValueInfoProtos ``inputs``
+    and ``outputs``, assembled through the classes ``wire`` (:func:`_wire_classes`)."""
+    graph_wire, model_wire = wire
+    graph = graph_wire(name=name, node=nodes, initializer=initializers, value_info=value_info,
+                       input=[v.SerializeToString() for v in inputs], output=[v.SerializeToString() for v in outputs])
+    return onnx.ModelProto.FromString(header + model_wire(graph=graph.SerializeToString()).SerializeToString())
 
 
 class SegmentedSession:
@@ -392,10 +401,7 @@ class SegmentedSession:
             sg.output.extend(outs)
             sg.value_info.extend(made)
             return m
-        graph_wire, model_wire = parts.wire
-        sg = graph_wire(name=name, node=nodes, initializer=inits, value_info=made,
-                        input=[v.SerializeToString() for v in ins], output=[v.SerializeToString() for v in outs])
-        return onnx.ModelProto.FromString(parts.header + model_wire(graph=sg.SerializeToString()).SerializeToString())
+        return _assembled(parts.wire, parts.header, name, nodes, inits, made, ins, outs)
 
     def _in_order(self) -> None:
         """Make the segments one after the other, each input made by an earlier segment declared as
