@@ -1,6 +1,7 @@
 """Compare the one-process audit time of two nafix checkouts on one folder, A/B.
 
     python scripts/ab_audit.py BASE_CHECKOUT NEW_CHECKOUT [FOLDER] [--rounds 8]
+    python scripts/ab_audit.py BASE_CHECKOUT NEW_CHECKOUT --fix MODEL [--rounds 4] [--repeat 3]
 
 Each round runs both checkouts in fresh processes, one after the other (the order alternates); each
 process audits FOLDER once to warm up, then 5 times, interleaved with the ``onnx.load`` +
@@ -8,6 +9,10 @@ process audits FOLDER once to warm up, then 5 times, interleaved with the ``onnx
 CPU-bound runs moves least). Prints per checkout the median over rounds, and the time ratio new/base.
 A checkout is a source tree with ``fixer/`` at its top (e.g. ``git worktree add /tmp/base REV``); the
 interpreter running this script must have nafix's dependencies.
+
+``--fix MODEL``: the same A/B of ``fix(MODEL, FixOptions(dry_run=True))`` (load, analysis, engine,
+gate), the fastest of ``--repeat`` fixes per process after one to warm up (e.g. the large QDQ chain of
+``scripts/bench_speed.py``, saved with ``onnx.save(qdq_chain(5710), path)``).
 """
 
 from __future__ import annotations
@@ -39,29 +44,58 @@ for _ in range(5):
 print(min(a), min(f))
 '''
 
+FIX_CHILD = r'''
+import gc, sys, time
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+import fixer
+from fixer.api import FixOptions, fix
+assert Path(fixer.__file__).resolve().is_relative_to(Path(sys.argv[1]).resolve()), fixer.__file__
+fix(sys.argv[2], FixOptions(dry_run=True))
+t = []
+for _ in range(int(sys.argv[3])):
+    gc.collect()
+    t0 = time.perf_counter(); fix(sys.argv[2], FixOptions(dry_run=True)); t.append(time.perf_counter() - t0)
+print(min(t), 0.0)
+'''
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("base", type=Path)
     ap.add_argument("new", type=Path)
     ap.add_argument("folder", type=Path, nargs="?", default=Path(__file__).resolve().parents[2] / "shared" / "models")
-    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=None, help="default 8 (4 with --fix)")
+    ap.add_argument("--fix", type=Path, metavar="MODEL", help="time a dry-run fix of MODEL instead of the audit")
+    ap.add_argument("--repeat", type=int, default=3, help="fixes per process with --fix (the fastest counts)")
     args = ap.parse_args()
+    rounds = args.rounds or (4 if args.fix else 8)
     for p in (args.base, args.new):
         if not (p / "fixer" / "__init__.py").is_file():
             sys.exit(f"{p}: not a nafix checkout (no fixer/__init__.py)")
-    if not any(args.folder.glob("*.onnx")):
+    if args.fix is not None and not args.fix.is_file():
+        sys.exit(f"{args.fix}: no such model")
+    if args.fix is None and not any(args.folder.glob("*.onnx")):
         sys.exit(f"{args.folder}: no .onnx model")
+    child = ([FIX_CHILD, str(args.fix.resolve()), str(args.repeat)] if args.fix is not None
+             else [CHILD, str(args.folder)])
     runs: dict[str, list[tuple[float, float]]] = {"base": [], "new": []}
     sides = [("base", args.base), ("new", args.new)]
-    for r in range(args.rounds):
+    for r in range(rounds):
         for name, path in (sides if r % 2 == 0 else sides[::-1]):
-            out = subprocess.run([sys.executable, "-c", CHILD, str(path), str(args.folder)],
+            out = subprocess.run([sys.executable, "-c", child[0], str(path), *child[1:]],
                                  capture_output=True, text=True, cwd="/")
             if out.returncode:
                 sys.exit(f"{name} ({path}) failed:\n{out.stderr[-2000:]}")
             runs[name].append(tuple(map(float, out.stdout.split())))
-        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+        print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    if args.fix is not None:
+        for name, v in runs.items():
+            print(f"{name}: fix --dry-run {statistics.median(x[0] for x in v):.3f} s (min {min(x[0] for x in v):.3f})")
+        b = statistics.median(x[0] for x in runs["base"])
+        n = statistics.median(x[0] for x in runs["new"])
+        print(f"new/base fix time: {n / b:.3f} (medians over {rounds} rounds of the fastest of {args.repeat})")
+        return
     for name, v in runs.items():
         audit_s = statistics.median(x[0] for x in v)
         floor_s = statistics.median(x[1] for x in v)
@@ -69,7 +103,7 @@ def main() -> None:
         print(f"{name}: audit {audit_s:.3f} s, floor {floor_s:.3f} s, ratio {ratio:.2f}x")
     b = statistics.median(x[0] for x in runs["base"])
     n = statistics.median(x[0] for x in runs["new"])
-    print(f"new/base audit time: {n / b:.3f} (medians over {args.rounds} rounds of the fastest of 5)")
+    print(f"new/base audit time: {n / b:.3f} (medians over {rounds} rounds of the fastest of 5)")
 
 
 if __name__ == "__main__":
