@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 
 from .errors import InputError
+from .randomdata import uniform
 from .model_io import prepare_for_runtime, read_npz, runtime_initializers, runtime_session
 from .rewriters import IoChange
 from .rules import CONTRACT_ORDER, VerifyContract
@@ -299,7 +300,7 @@ def _random_tensor(rng, model: onnx.ModelProto, name: str, dtype, shape: list[in
         if name not in ranges:
             ranges[name] = _input_range(model, name)
         rng_ = ranges[name] or (-1.0, 1.0)
-        return rng.uniform(rng_[0], rng_[1], size=shape).astype(dtype)
+        return uniform(rng, rng_[0], rng_[1], shape, dtype)
     if dtype is np.bool_:
         return rng.integers(0, 2, size=shape).astype(np.bool_)
     info = np.iinfo(dtype)

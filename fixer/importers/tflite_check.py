@@ -29,6 +29,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..randomdata import uniform
 from .tflite import NCHW, ImportedTFLite
 
 #: Largest per-operator difference accepted, in LSB of the operator's output (rounding ties).
@@ -120,7 +121,7 @@ def seeded_inputs(imp: ImportedTFLite, *, seed: int, samples: int) -> list[dict[
                 lo, hi = sorted(ranges.get(name, (-1.0, 1.0)))
                 if not (np.isfinite(lo) and np.isfinite(hi)) or hi - lo > 1e30:
                     lo, hi = -1.0, 1.0
-                feed[name] = rng.uniform(lo, hi, size=shape).astype(dt)
+                feed[name] = uniform(rng, lo, hi, shape, dt)
             elif dt == np.bool_:
                 feed[name] = rng.integers(0, 2, size=shape).astype(dt)
             else:

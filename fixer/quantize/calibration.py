@@ -14,6 +14,7 @@ import numpy as np
 import onnx
 
 from ..errors import InputError, UsageError
+from ..randomdata import uniform
 from .modelproto import _NP_OF_ELEM
 
 Progress = Callable[[int, int], None]
@@ -180,7 +181,7 @@ def _random_source(model: onnx.ModelProto, specs: list[InputSpec], calib: Calibr
                 shape = s.concrete_shape()
                 if s.dtype.kind == "f":
                     lo, hi = ranges[s.name] or (-1.0, 1.0)
-                    feed[s.name] = rng.uniform(lo, hi, size=shape).astype(s.dtype)
+                    feed[s.name] = uniform(rng, lo, hi, shape, s.dtype)
                 elif s.dtype == np.bool_:
                     feed[s.name] = rng.integers(0, 2, size=shape).astype(np.bool_)
                 else:
