@@ -2,6 +2,7 @@
 
     python scripts/ab_audit.py BASE_CHECKOUT NEW_CHECKOUT [FOLDER] [--rounds 8]
     python scripts/ab_audit.py BASE_CHECKOUT NEW_CHECKOUT --fix MODEL [--rounds 4] [--repeat 3]
+    python scripts/ab_audit.py BASE_CHECKOUT NEW_CHECKOUT --quantize FLOAT_MODEL [--rounds 6]
 
 Each round runs both checkouts in fresh processes, one after the other (the order alternates); each
 process audits FOLDER once to warm up, then 5 times, interleaved with the ``onnx.load`` +
@@ -13,6 +14,14 @@ interpreter running this script must have nafix's dependencies.
 ``--fix MODEL``: the same A/B of ``fix(MODEL, FixOptions(dry_run=True))`` (load, analysis, engine,
 gate), the fastest of ``--repeat`` fixes per process after one to warm up (e.g. the large QDQ chain of
 ``scripts/bench_speed.py``, saved with ``onnx.save(qdq_chain(5710), path)``).
+
+``--quantize FLOAT_MODEL``: the whole ``nafix FLOAT_MODEL --quantize`` (16 random calibration samples,
+seed 0, written to a temporary file), one per process, timed from the process's start (imports
+included, as ``scripts/bench_speed.py`` times it), beside onnxruntime's plain ``quantize_static`` on
+the same samples in a third process of each round: prints each side's median and the ratios.
+
+Both checkouts' modules are compiled to bytecode first (``compileall``), as an installed package's
+are: where ``PYTHONDONTWRITEBYTECODE`` is set, every process would otherwise compile them again.
 """
 
 from __future__ import annotations
@@ -59,6 +68,44 @@ for _ in range(int(sys.argv[3])):
 print(min(t), 0.0)
 '''
 
+QUANTIZE_CHILD = r'''
+import time
+t0 = time.perf_counter()
+import sys, tempfile, os
+sys.path.insert(0, sys.argv[1])
+from pathlib import Path
+import fixer
+from fixer.api import FixOptions, fix
+from fixer.quantize import CalibrationOptions
+assert Path(fixer.__file__).resolve().is_relative_to(Path(sys.argv[1]).resolve()), fixer.__file__
+with tempfile.TemporaryDirectory() as tmp:
+    fix(sys.argv[2], FixOptions(output=os.path.join(tmp, "q.onnx"), force=True, quantize=True,
+                                calib=CalibrationOptions(seed=0, random_samples=16)))
+    print(time.perf_counter() - t0, 0.0)
+'''
+
+#: onnxruntime's own quantize_static on the same kind of samples (scripts/bench_speed.py's reference)
+PLAIN_CHILD = r'''
+import time
+t0 = time.perf_counter()
+import sys, tempfile, os
+import numpy as np, onnx
+from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+m = onnx.load(sys.argv[2])
+class R:
+    def __init__(self):
+        rng = np.random.default_rng(0)
+        i = m.graph.input[0]
+        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
+        self.feeds = [{i.name: rng.random(shape, dtype=np.float32)} for _ in range(16)]
+    def get_next(self):
+        return self.feeds.pop(0) if self.feeds else None
+with tempfile.TemporaryDirectory() as tmp:
+    quantize_static(sys.argv[2], os.path.join(tmp, "q.onnx"), R(), quant_format=QuantFormat.QDQ, per_channel=True,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
+    print(time.perf_counter() - t0, 0.0)
+'''
+
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -68,27 +115,51 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="default 8 (4 with --fix)")
     ap.add_argument("--fix", type=Path, metavar="MODEL", help="time a dry-run fix of MODEL instead of the audit")
     ap.add_argument("--repeat", type=int, default=3, help="fixes per process with --fix (the fastest counts)")
+    ap.add_argument("--quantize", type=Path, metavar="FLOAT_MODEL",
+                    help="time the whole `nafix FLOAT_MODEL --quantize` instead, beside plain quantize_static")
     args = ap.parse_args()
-    rounds = args.rounds or (4 if args.fix else 8)
+    if args.fix is not None and args.quantize is not None:
+        sys.exit("--fix and --quantize: one at a time")
+    rounds = args.rounds or (4 if args.fix else 6 if args.quantize else 8)
     for p in (args.base, args.new):
         if not (p / "fixer" / "__init__.py").is_file():
             sys.exit(f"{p}: not a nafix checkout (no fixer/__init__.py)")
-    if args.fix is not None and not args.fix.is_file():
-        sys.exit(f"{args.fix}: no such model")
-    if args.fix is None and not any(args.folder.glob("*.onnx")):
+    for m in (args.fix, args.quantize):
+        if m is not None and not m.is_file():
+            sys.exit(f"{m}: no such model")
+    if args.fix is None and args.quantize is None and not any(args.folder.glob("*.onnx")):
         sys.exit(f"{args.folder}: no .onnx model")
-    child = ([FIX_CHILD, str(args.fix.resolve()), str(args.repeat)] if args.fix is not None
-             else [CHILD, str(args.folder)])
+    for p in (args.base, args.new):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(p / "fixer")], check=True)
+    if args.fix is not None:
+        child = [FIX_CHILD, str(args.fix.resolve()), str(args.repeat)]
+    elif args.quantize is not None:
+        child = [QUANTIZE_CHILD, str(args.quantize.resolve())]
+    else:
+        child = [CHILD, str(args.folder)]
     runs: dict[str, list[tuple[float, float]]] = {"base": [], "new": []}
     sides = [("base", args.base), ("new", args.new)]
+    if args.quantize is not None:
+        runs["plain"] = []
+        sides.append(("plain", args.base))
     for r in range(rounds):
         for name, path in (sides if r % 2 == 0 else sides[::-1]):
-            out = subprocess.run([sys.executable, "-c", child[0], str(path), *child[1:]],
+            code = PLAIN_CHILD if name == "plain" else child[0]
+            out = subprocess.run([sys.executable, "-c", code, str(path), *child[1:]],
                                  capture_output=True, text=True, cwd="/")
             if out.returncode:
                 sys.exit(f"{name} ({path}) failed:\n{out.stderr[-2000:]}")
             runs[name].append(tuple(map(float, out.stdout.split())))
         print(f"round {r + 1}/{rounds} done", file=sys.stderr)
+    if args.quantize is not None:
+        med = {name: statistics.median(x[0] for x in v) for name, v in runs.items()}
+        for name, v in runs.items():
+            print(f"{name}: {med[name]:.3f} s (min {min(x[0] for x in v):.3f})")
+        for name in ("base", "new"):
+            ratio = statistics.median(a[0] / b[0] for a, b in zip(runs[name], runs["plain"]))
+            print(f"{name}/plain quantize_static: {med[name] / med['plain']:.3f} (median of per-round ratios {ratio:.3f})")
+        print(f"new/base whole --quantize time: {med['new'] / med['base']:.3f} (medians over {rounds} rounds)")
+        return
     if args.fix is not None:
         for name, v in runs.items():
             print(f"{name}: fix --dry-run {statistics.median(x[0] for x in v):.3f} s (min {min(x[0] for x in v):.3f})")
