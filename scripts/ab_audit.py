@@ -16,9 +16,9 @@ gate), the fastest of ``--repeat`` fixes per process after one to warm up (e.g. 
 ``scripts/bench_speed.py``, saved with ``onnx.save(qdq_chain(5710), path)``).
 
 ``--quantize FLOAT_MODEL``: the whole ``nafix FLOAT_MODEL --quantize`` (16 random calibration samples,
-seed 0, written to a temporary file), one per process, timed from the process's start (imports
-included, as ``scripts/bench_speed.py`` times it), beside onnxruntime's plain ``quantize_static`` on
-the same samples in a third process of each round: prints each side's median and the ratios.
+seed 0, written to a temporary file), one per process, beside onnxruntime's plain ``quantize_static``
+in a third process of each round: the children of ``scripts/bench_speed.py``, timed from the
+process's start as it times them (imports included); prints each side's median and the ratios.
 
 Both checkouts' modules are compiled to bytecode first (``compileall``), as an installed package's
 are: where ``PYTHONDONTWRITEBYTECODE`` is set, every process would otherwise compile them again.
@@ -30,6 +30,7 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 CHILD = r'''
@@ -68,42 +69,22 @@ for _ in range(int(sys.argv[3])):
 print(min(t), 0.0)
 '''
 
-QUANTIZE_CHILD = r'''
+#: a child of ``scripts/bench_speed.py`` (the whole ``nafix MODEL --quantize``, or plain
+#: ``quantize_static``), run from the process's start as that script times it. argv: checkout, the
+#: child's code, then the child's own arguments (model, output, samples)
+TIMED_CHILD = r'''
 import time
 t0 = time.perf_counter()
-import sys, tempfile, os
-sys.path.insert(0, sys.argv[1])
+import sys
 from pathlib import Path
-import fixer
-from fixer.api import FixOptions, fix
-from fixer.quantize import CalibrationOptions
-assert Path(fixer.__file__).resolve().is_relative_to(Path(sys.argv[1]).resolve()), fixer.__file__
-with tempfile.TemporaryDirectory() as tmp:
-    fix(sys.argv[2], FixOptions(output=os.path.join(tmp, "q.onnx"), force=True, quantize=True,
-                                calib=CalibrationOptions(seed=0, random_samples=16)))
-    print(time.perf_counter() - t0, 0.0)
-'''
-
-#: onnxruntime's own quantize_static on the same kind of samples (scripts/bench_speed.py's reference)
-PLAIN_CHILD = r'''
-import time
-t0 = time.perf_counter()
-import sys, tempfile, os
-import numpy as np, onnx
-from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-m = onnx.load(sys.argv[2])
-class R:
-    def __init__(self):
-        rng = np.random.default_rng(0)
-        i = m.graph.input[0]
-        shape = [d.dim_value for d in i.type.tensor_type.shape.dim]
-        self.feeds = [{i.name: rng.random(shape, dtype=np.float32)} for _ in range(16)]
-    def get_next(self):
-        return self.feeds.pop(0) if self.feeds else None
-with tempfile.TemporaryDirectory() as tmp:
-    quantize_static(sys.argv[2], os.path.join(tmp, "q.onnx"), R(), quant_format=QuantFormat.QDQ, per_channel=True,
-                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
-    print(time.perf_counter() - t0, 0.0)
+checkout, code = sys.argv[1], sys.argv[2]
+sys.argv = [sys.argv[0], *sys.argv[3:]]
+sys.path.insert(0, checkout)
+exec(code, {"__name__": "__child__", "sys": sys})
+dt = time.perf_counter() - t0
+if "fixer" in sys.modules:
+    assert Path(sys.modules["fixer"].__file__).resolve().is_relative_to(Path(checkout).resolve())
+print(dt, 0.0)
 '''
 
 
@@ -134,7 +115,11 @@ def main() -> None:
     if args.fix is not None:
         child = [FIX_CHILD, str(args.fix.resolve()), str(args.repeat)]
     elif args.quantize is not None:
-        child = [QUANTIZE_CHILD, str(args.quantize.resolve())]
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_speed import _PLAIN_CHILD, _QUANTIZE_CHILD
+
+        tmp = tempfile.TemporaryDirectory(prefix="nafix-ab-")
+        child = [TIMED_CHILD, str(args.quantize.resolve()), str(Path(tmp.name) / "q.onnx"), "16"]
     else:
         child = [CHILD, str(args.folder)]
     runs: dict[str, list[tuple[float, float]]] = {"base": [], "new": []}
@@ -144,9 +129,11 @@ def main() -> None:
         sides.append(("plain", args.base))
     for r in range(rounds):
         for name, path in (sides if r % 2 == 0 else sides[::-1]):
-            code = PLAIN_CHILD if name == "plain" else child[0]
-            out = subprocess.run([sys.executable, "-c", code, str(path), *child[1:]],
-                                 capture_output=True, text=True, cwd="/")
+            if args.quantize is not None:
+                argv = [TIMED_CHILD, str(path), _PLAIN_CHILD if name == "plain" else _QUANTIZE_CHILD, *child[1:]]
+            else:
+                argv = [child[0], str(path), *child[1:]]
+            out = subprocess.run([sys.executable, "-c", *argv], capture_output=True, text=True, cwd="/")
             if out.returncode:
                 sys.exit(f"{name} ({path}) failed:\n{out.stderr[-2000:]}")
             runs[name].append(tuple(map(float, out.stdout.split())))
