@@ -22,9 +22,6 @@ def uniform(rng: np.random.Generator, lo: float, hi: float, shape: Sequence[int]
     out = np.empty(tuple(shape), dtype=dtype)
     flat = out.reshape(-1)
     n = flat.size
-    if n <= _CHUNK:
-        flat[:] = rng.uniform(lo, hi, size=n)
-        return out
     for a in range(0, n, _CHUNK):
         flat[a:a + _CHUNK] = rng.uniform(lo, hi, size=min(_CHUNK, n - a))
     return out
