@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 
 from .errors import InputError
-from .randomdata import uniform
 from .model_io import prepare_for_runtime, read_npz, runtime_initializers, runtime_session
+from .randomdata import uniform
 from .rewriters import IoChange
 from .rules import CONTRACT_ORDER, VerifyContract
 
