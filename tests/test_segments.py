@@ -352,3 +352,122 @@ def test_segments_assembled_from_bytes_equal_those_built_of_messages(small_cuts,
     assert first.graph.name == "wide_segment0" and first.opset_import == model.opset_import
     assert {t.name for t in first.graph.initializer} == {
         t for k in cut.segments[0] for t in cut.reads[k] if t in {i.name for i in model.graph.initializer}}
+
+
+# ------------------------------------------------------------------------------------------------
+# the shared threads: what is begun within later() waits behind the rest
+# ------------------------------------------------------------------------------------------------
+
+
+def test_workers_take_what_was_begun_later_last():
+    import threading
+
+    w = segments.Workers(1)
+    hold, order = threading.Event(), []
+    busy = w.submit(hold.wait, 10)
+    with segments.later():
+        last = w.submit(order.append, "later")
+    first = w.submit(order.append, "now")
+    hold.set()
+    assert busy.result(10) and last.result(10) is None and first.result(10) is None
+    assert order == ["now", "later"]
+    failed = w.submit(int, "not a number")
+    assert isinstance(failed.exception(10), ValueError)  # the waiter gets the error
+    w.shutdown()
+    assert not [t for t in threading.enumerate() if t.name.startswith("nafix-segment")]
+    with pytest.raises(RuntimeError):
+        w.submit(int, "1")
+
+
+def test_workers_shutdown_finishes_what_runs_and_drops_what_waits():
+    import threading
+
+    w = segments.Workers(2)
+    started, release = threading.Barrier(3), threading.Event()
+
+    def job():
+        started.wait(10)
+        release.wait(10)
+        return 7
+
+    running = [w.submit(job), w.submit(job)]
+    waiting = w.submit(int, "1")
+    started.wait(10)  # both threads are in a job: the third waits
+    threading.Timer(0.05, release.set).start()
+    w.shutdown(wait=True, cancel_futures=True)
+    assert [f.result(0) for f in running] == [7, 7] and waiting.cancelled()
+    assert not [t for t in threading.enumerate() if t.name.startswith("nafix-segment")]
+
+
+def test_the_rewritten_nodes_sessions_are_made_before_the_fixed_models_remaining_segments(monkeypatch):
+    """With the rewritten nodes checked apart, the gate waits for the fixed model's session last: its
+    segments are begun within later(), so the rewritten nodes' sessions, needed at the first input
+    set, do not queue behind them. The fixed model's segments are held until the rewritten nodes'
+    sessions are all begun (both threads then hold one): what the threads take next is theirs."""
+    import threading
+
+    monkeypatch.setattr(segments, "SEGMENT_FROM", 50)
+    monkeypatch.setattr(segments, "SEGMENT_NODES", 20)
+    monkeypatch.setattr(segments, "SEGMENT_WORKERS", 2)
+    orig = onnx.shape_inference.infer_shapes(_qdq_subs_model(False))
+    fixed = onnx.shape_inference.infer_shapes(_qdq_subs_model(True))
+    fixed_segments: set[int] = set()  # the fixed model's segment models (the rewritten nodes' may be cut too)
+    in_fixed: list = []
+    real_segment, real_begin_fixed = segments.SegmentedSession._segment_model, verify_mod._begin_fixed
+
+    def segment_model(self, s, declare):
+        m = real_segment(self, s, declare)
+        if in_fixed:
+            fixed_segments.add(id(m))
+        return m
+
+    def begin_fixed(model, extra):
+        in_fixed.append(True)
+        try:
+            return real_begin_fixed(model, extra)
+        finally:
+            in_fixed.clear()
+
+    begun, log, in_rewritten = threading.Event(), [], []
+    real_session, real_sessions = verify_mod._session, verify_mod._RewrittenRun._sessions
+
+    def session(m):
+        log.append("fixed" if id(m) in fixed_segments else m.graph.name)
+        if id(m) in fixed_segments:
+            begun.wait(10)
+        return real_session(m)
+
+    def waiting(real):
+        def ready(self):
+            if in_rewritten:
+                begun.set()  # every session of the rewritten nodes is begun: one is waited for
+            return real(self)
+        return ready
+
+    def sessions(self, feed):
+        in_rewritten.append(True)
+        log.append("<rewritten nodes begun>")
+        try:
+            return real_sessions(self, feed)
+        finally:
+            in_rewritten.clear()
+
+    monkeypatch.setattr(segments.SegmentedSession, "_segment_model", segment_model)
+    monkeypatch.setattr(verify_mod, "_begin_fixed", begin_fixed)
+    monkeypatch.setattr(verify_mod, "_session", session)
+    monkeypatch.setattr(verify_mod._Pooled, "ready", waiting(verify_mod._Pooled.ready))
+    monkeypatch.setattr(segments.SegmentedSession, "ready", waiting(segments.SegmentedSession.ready))
+    monkeypatch.setattr(verify_mod._RewrittenRun, "_sessions", sessions)
+    v = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"), rules=["X"])
+    assert v.ok
+    after = log[log.index("<rewritten nodes begun>") + 1:]
+    rewritten = [x for x in after if x != "fixed"]
+    assert rewritten and after.count("fixed") >= 1  # both kinds were made after that point
+    assert after[:len(rewritten)] == rewritten  # the rewritten nodes' sessions first
+    assert log.count("fixed") == len(fixed_segments)
+
+
+def _qdq_subs_model(rewritten: bool, k: int = 20) -> onnx.ModelProto:
+    from tests.test_gate_rewritten import _qdq_subs
+
+    return _qdq_subs(rewritten, k=k)
