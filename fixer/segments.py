@@ -22,12 +22,10 @@ no node makes. onnxruntime's own error is then the one reported for a graph it c
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import contextlib
 import contextvars
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -168,91 +166,13 @@ def plan(model: onnx.ModelProto) -> Plan | None:
 
 
 _shared: contextvars.ContextVar = contextvars.ContextVar("nafix_segment_workers", default=None)
-_later: contextvars.ContextVar = contextvars.ContextVar("nafix_segment_later", default=False)
-
-
-class Workers:
-    """The threads of a :func:`shared_workers` block, which make sessions (``submit`` returns a
-    :class:`concurrent.futures.Future`): at most ``threads`` of them, started as work comes, ended by
-    :meth:`shutdown` (the block's end). Work submitted within :func:`later` (a session the caller
-    waits for only at the end) is taken only when no other work waits: a session needed now is not
-    queued behind the segments of one needed last."""
-
-    def __init__(self, threads: int, name: str = "nafix-segment"):
-        self._max, self._name = max(1, threads), name
-        self._now: collections.deque = collections.deque()
-        self._last: collections.deque = collections.deque()
-        self._cv = threading.Condition()
-        self._threads: list[threading.Thread] = []
-        self._idle = 0
-        self._closed = False
-
-    def submit(self, fn: Callable, *args) -> concurrent.futures.Future:
-        future: concurrent.futures.Future = concurrent.futures.Future()
-        with self._cv:
-            if self._closed:
-                raise RuntimeError("cannot schedule new work after shutdown")
-            (self._last if _later.get() else self._now).append((future, fn, args))
-            if self._idle:
-                self._cv.notify()
-            elif len(self._threads) < self._max:
-                t = threading.Thread(target=self._work, name=f"{self._name}_{len(self._threads)}", daemon=True)
-                self._threads.append(t)
-                t.start()
-        return future
-
-    def _work(self) -> None:
-        while True:
-            with self._cv:
-                while not (self._now or self._last or self._closed):
-                    self._idle += 1
-                    self._cv.wait()
-                    self._idle -= 1
-                if not (self._now or self._last):
-                    return  # closed, nothing left
-                future, fn, args = (self._now or self._last).popleft()
-            if not future.set_running_or_notify_cancel():
-                continue
-            try:
-                result = fn(*args)
-            except BaseException as exc:  # noqa: BLE001 - the waiter gets it, as from an executor
-                future.set_exception(exc)
-            else:
-                future.set_result(result)
-            del future, fn, args  # (not held while idle)
-
-    def shutdown(self, wait: bool = True, cancel_futures: bool = False) -> None:
-        """No more work; with ``cancel_futures``, work not started is dropped (its future cancelled);
-        with ``wait``, return once the threads have finished what they run and what is left."""
-        with self._cv:
-            self._closed = True
-            if cancel_futures:
-                for q in (self._now, self._last):
-                    while q:
-                        q.popleft()[0].cancel()
-            self._cv.notify_all()
-        if wait:
-            for t in self._threads:
-                t.join()
-
-
-@contextlib.contextmanager
-def later():
-    """Within the block, the sessions this thread begins are made after any other waiting work of the
-    same :class:`Workers` (e.g. the fixed model's, which the gate waits for last)."""
-    token = _later.set(True)
-    try:
-        yield
-    finally:
-        _later.reset(token)
 
 
 def _new_workers() -> concurrent.futures.ThreadPoolExecutor:
-    """A session's own threads (no caller shares theirs): they end when it is dropped unwaited too."""
     return concurrent.futures.ThreadPoolExecutor(SEGMENT_WORKERS, thread_name_prefix="nafix-segment")
 
 
-def current_workers() -> Workers | None:
+def current_workers() -> concurrent.futures.ThreadPoolExecutor | None:
     """The threads of the innermost :func:`shared_workers` block of this thread, or None."""
     return _shared.get()
 
@@ -260,11 +180,10 @@ def current_workers() -> Workers | None:
 @contextlib.contextmanager
 def shared_workers():
     """Within the block, every segmented session begun in this thread hands its segments to the same
-    :data:`SEGMENT_WORKERS` threads (in the order they are begun, what is begun within :func:`later`
-    last); the threads end with the block: a session still being made is finished, one nobody waited
-    for and not yet started is dropped (the block left early: an error, Ctrl-C), so nothing is left
-    loading and no idle thread stays."""
-    pool = Workers(SEGMENT_WORKERS)
+    :data:`SEGMENT_WORKERS` threads (in the order they are begun); the threads end with the block:
+    a session still being made is finished, one nobody waited for and not yet started is dropped
+    (the block left early: an error, Ctrl-C), so nothing is left loading and no idle thread stays."""
+    pool = _new_workers()
     token = _shared.set(pool)
     try:
         yield pool

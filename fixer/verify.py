@@ -644,14 +644,7 @@ def verify(
         o_begun = begin_session(_with_outputs(original, extra + capture + sorted(set(front) | set(rcap))))
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
         raise original_failed(exc) from None
-    if rpart is not None:
-        # waited for at the end, or at the first input set the rewritten nodes do not prove: made
-        # after the sessions the gate needs before (the original's, the rewritten nodes')
-        from .segments import later
-
-        with later():
-            early = _begin_fixed(fixed, extra)
-    elif not (fpart is None and any(b.inputs for b in boundaries)):
+    if rpart is not None or not (fpart is None and any(b.inputs for b in boundaries)):
         early = _begin_fixed(fixed, extra)
     try:
         s_orig = o_begun.ready()
