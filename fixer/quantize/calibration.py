@@ -29,7 +29,7 @@ class CalibrationOptions:
 
     ``path``: a folder of ``.npz`` files (one sample each, arrays keyed by input name, the batch axis
     optional), a single ``.npz`` whose arrays carry a leading sample axis, or a folder of images
-    (``.ppm/.pgm/.pnm/.bmp`` decoded in numpy; ``.png/.jpg/.jpeg`` need Pillow). ``None``: seeded
+    (:data:`IMAGE_SUFFIXES`, decoded by Pillow). ``None``: seeded
     random data (``random_samples`` samples, each input in its plausible range) - the result then
     says ``calibration="random"`` and the caller must warn loudly, the ranges mean little.
     Images: resized to ``image_size`` (H, W; default the model input's) with ``resize``
