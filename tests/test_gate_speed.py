@@ -5,6 +5,7 @@ the other where each is waited for, the same failures, no thread left behind).""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -141,3 +142,103 @@ def test_the_collector_is_paused_during_a_fix_and_restored_after_it_also_on_erro
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def _input_range_by_tables(model, name):
+    """The gate's input range as it was computed before (name tables of every initializer and
+    Constant node, then the first QuantizeLinear reading ``name``): the reference."""
+    inits = {t.name: t for t in model.graph.initializer}
+    consts = {n.output[0]: n for n in model.graph.node if n.op_type == "Constant" and n.output}
+    for node in model.graph.node:
+        if node.op_type == "QuantizeLinear" and node.input and node.input[0] == name:
+            def val(t):
+                try:
+                    if t in inits:
+                        return numpy_helper.to_array(inits[t])
+                    if t in consts and consts[t].attribute:
+                        return numpy_helper.to_array(consts[t].attribute[0].t)
+                except Exception:  # noqa: BLE001
+                    return None
+                return None
+            s = val(node.input[1]) if len(node.input) > 1 else None
+            z = val(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
+            if s is None or z is None or np.size(s) != 1 or np.size(z) != 1 or z.dtype.kind not in "iu":
+                return None
+            scale = float(np.asarray(s, dtype=np.float64).reshape(-1)[0])
+            if not np.isfinite(scale) or scale <= 0:
+                return None
+            info = np.iinfo(z.dtype)
+            lo, hi = (info.min - float(z.reshape(-1)[0])) * scale, (info.max - float(z.reshape(-1)[0])) * scale
+            if not (np.isfinite(lo) and np.isfinite(hi) and hi - lo < 1e30):
+                return None
+            return lo, hi
+    return None
+
+
+def _q_input(scale_src, zero_src, *, extra_inits=(), extra_nodes=(), second_q=None):
+    """x -> QuantizeLinear(x, s, z) -> DequantizeLinear -> y, with the scale and zero-point given as
+    an initializer ("init", value), a Constant node ("const", value) or left out (None)."""
+    inits, nodes = list(extra_inits), list(extra_nodes)
+    q_in = ["x"]
+    for name, src in (("s", scale_src), ("z", zero_src)):
+        if src is None:
+            q_in.append("")
+            continue
+        kind, value = src
+        q_in.append(name)
+        if kind == "init":
+            inits.append(numpy_helper.from_array(np.asarray(value), name))
+        else:
+            nodes.append(helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.asarray(value))))
+    while q_in and q_in[-1] == "":
+        q_in.pop()
+    if second_q is not None:
+        nodes.append(helper.make_node("QuantizeLinear", ["x", second_q], ["q2"]))
+    nodes += [helper.make_node("QuantizeLinear", q_in, ["q"]),
+              helper.make_node("DequantizeLinear", ["q", q_in[1] if len(q_in) > 1 else "s"], ["y"])]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+_F, _I8, _U8 = np.float32, np.int8, np.uint8
+
+
+@pytest.mark.parametrize("model", [
+    _q_input(("init", _F(0.05)), ("init", _I8(3))),
+    _q_input(("const", _F(0.05)), ("const", _U8(128))),
+    _q_input(("init", _F(0.05)), ("const", _I8(-2))),
+    _q_input(("init", _F(0.02)), None),  # no zero-point: uint8
+    _q_input(("init", _F(0.0)), ("init", _I8(0))),  # zero scale
+    _q_input(("init", _F(np.inf)), ("init", _I8(0))),
+    _q_input(("init", np.array([0.1, 0.2], _F)), ("init", _I8(0))),  # per axis
+    _q_input(("init", _F(0.1)), ("init", _F(0.0))),  # float zero-point
+    _q_input(None, None),
+    # a repeated initializer name: the last one counts, as in a name table
+    _q_input(("init", _F(0.05)), ("init", _I8(3)), extra_inits=[numpy_helper.from_array(_F(9.0), "s")]),
+    # a Constant node and an initializer of the same name: the initializer
+    _q_input(("init", _F(0.05)), ("init", _I8(3)),
+             extra_nodes=[helper.make_node("Constant", [], ["z"], value=numpy_helper.from_array(_I8(7)))]),
+    # an earlier QuantizeLinear of x: the first one counts (its scale is missing: no range)
+    _q_input(("init", _F(0.05)), ("init", _I8(3)), second_q="missing_scale"),
+], ids=lambda m: None)
+def test_the_input_range_is_the_one_name_tables_gave(model):
+    assert verify_mod._input_range(model, "x") == _input_range_by_tables(model, "x")
+    assert verify_mod._input_range(model, "nothing") is None
+
+
+_SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+
+
+@pytest.mark.skipif(not _SHARED.is_dir(), reason="../shared/models is absent")
+def test_the_input_range_of_every_real_models_inputs_is_the_one_name_tables_gave():
+    import onnx
+
+    checked = 0
+    for path in sorted(_SHARED.glob("*.onnx")):
+        m = onnx.load(str(path))
+        for i in m.graph.input:
+            want = _input_range_by_tables(m, i.name)
+            assert verify_mod._input_range(m, i.name) == want, (path.name, i.name)
+            checked += want is not None
+    assert checked >= 10  # most of them are QDQ models with a QuantizeLinear on the input
