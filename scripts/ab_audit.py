@@ -93,7 +93,7 @@ def main() -> None:
     ap.add_argument("base", type=Path)
     ap.add_argument("new", type=Path)
     ap.add_argument("folder", type=Path, nargs="?", default=Path(__file__).resolve().parents[2] / "shared" / "models")
-    ap.add_argument("--rounds", type=int, default=None, help="default 8 (4 with --fix)")
+    ap.add_argument("--rounds", type=int, default=None, help="default 8 (4 with --fix, 6 with --quantize)")
     ap.add_argument("--fix", type=Path, metavar="MODEL", help="time a dry-run fix of MODEL instead of the audit")
     ap.add_argument("--repeat", type=int, default=3, help="fixes per process with --fix (the fastest counts)")
     ap.add_argument("--quantize", type=Path, metavar="FLOAT_MODEL",
