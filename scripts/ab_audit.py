@@ -113,15 +113,15 @@ def main() -> None:
     for p in (args.base, args.new):
         subprocess.run([sys.executable, "-m", "compileall", "-q", str(p / "fixer")], check=True)
     if args.fix is not None:
-        child = [FIX_CHILD, str(args.fix.resolve()), str(args.repeat)]
+        code, tail = FIX_CHILD, [str(args.fix.resolve()), str(args.repeat)]
     elif args.quantize is not None:
         sys.path.insert(0, str(Path(__file__).resolve().parent))
         from bench_speed import _PLAIN_CHILD, _QUANTIZE_CHILD
 
         tmp = tempfile.TemporaryDirectory(prefix="nafix-ab-")
-        child = [TIMED_CHILD, str(args.quantize.resolve()), str(Path(tmp.name) / "q.onnx"), "16"]
+        code, tail = TIMED_CHILD, [str(args.quantize.resolve()), str(Path(tmp.name) / "q.onnx"), "16"]
     else:
-        child = [CHILD, str(args.folder)]
+        code, tail = CHILD, [str(args.folder)]
     runs: dict[str, list[tuple[float, float]]] = {"base": [], "new": []}
     sides = [("base", args.base), ("new", args.new)]
     if args.quantize is not None:
@@ -129,11 +129,10 @@ def main() -> None:
         sides.append(("plain", args.base))
     for r in range(rounds):
         for name, path in (sides if r % 2 == 0 else sides[::-1]):
-            if args.quantize is not None:
-                argv = [TIMED_CHILD, str(path), _PLAIN_CHILD if name == "plain" else _QUANTIZE_CHILD, *child[1:]]
-            else:
-                argv = [child[0], str(path), *child[1:]]
-            out = subprocess.run([sys.executable, "-c", *argv], capture_output=True, text=True, cwd="/")
+            # with --quantize, the timing wrapper's second argument is the child's code
+            inner = [] if args.quantize is None else [_PLAIN_CHILD if name == "plain" else _QUANTIZE_CHILD]
+            out = subprocess.run([sys.executable, "-c", code, str(path), *inner, *tail],
+                                 capture_output=True, text=True, cwd="/")
             if out.returncode:
                 sys.exit(f"{name} ({path}) failed:\n{out.stderr[-2000:]}")
             runs[name].append(tuple(map(float, out.stdout.split())))

@@ -14,6 +14,7 @@ not installed).
 
 from __future__ import annotations
 
+import functools
 import gc
 import json
 import os
@@ -39,20 +40,16 @@ def _load() -> str:
     return "?"
 
 
-_COMPILED: list[bool] = []
-
-
+@functools.cache
 def _compile_nafix() -> None:
     """Compile nafix's modules to bytecode once, as an installed package's are (pip compiles them at
     install; an editable install writes them at the first import). The child processes import nafix
     from this checkout, and where ``PYTHONDONTWRITEBYTECODE`` is set (this machine sets it) each
     would otherwise compile its ~25k lines again: ~0.1-0.15 s per process that no user pays, against
     onnxruntime's own modules, which come compiled."""
-    if not _COMPILED:
-        import compileall
+    import compileall
 
-        compileall.compile_dir(str(ROOT / "fixer"), quiet=1)
-        _COMPILED.append(True)
+    compileall.compile_dir(str(ROOT / "fixer"), quiet=1)
 
 
 def _child(code: str, *args: str) -> dict:
