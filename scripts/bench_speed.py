@@ -6,7 +6,8 @@ process. Nothing here asserts: machines are noisy; read the ratios.
 
 Sections (``--speed all`` or a comma list): ``audit`` (one-process audit vs onnx.load +
 infer_shapes of the same models; peak memory of the folder audit vs the largest single-model audit),
-``chains`` (fix --dry-run of synthetic QDQ conv chains of growing size), ``quantize`` (``--quantize``
+``chains`` (fix --dry-run of synthetic QDQ conv chains of growing size, then the two largest
+chains' main-thread time stage by stage: what grows faster than the node count), ``quantize`` (``--quantize``
 on gtcrn and on a ~15k-node synthetic graph; quantizing a float YOLOv8n-like model vs plain
 ``quantize_static``), ``onnxslim`` (``nafix MODEL`` vs onnxslim per model; skipped when onnxslim is
 not installed).
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -216,17 +218,38 @@ AUDIT_STAGES = (
     ("fixer.results", "ModelAnalysis.released", "release"),
 )
 
+#: Where a fix spends its main thread's time (the chains' stage table; the segment threads make
+#: onnxruntime sessions beside it, and what the main thread waits for them shows in its stage).
+#: Functions are also timed where another nafix module imported them by name.
+FIX_STAGES = (
+    ("fixer.model_io", "_infer_shapes", "onnx shape inference"),
+    ("fixer.model_io", "load_model", "= load"),
+    ("fixer.graph", "GraphView.__init__", "graph import"),
+    ("fixer.npu.placement", "place", "placement"),
+    ("fixer.api", "analyze_model", "= analysis before and after"),
+    ("fixer.engine", "_commit_candidate", "engine commit (export, shapes, import, placement)"),
+    ("fixer.engine", "run_engine", "= engine"),
+    ("fixer.segments", "plan", "segment plans"),
+    ("fixer.segments", "_Parts.__init__", "segment parts"),
+    ("fixer.segments", "SegmentedSession.__init__", "segment models"),
+    ("fixer.verify", "proven_equal", "local proofs"),
+    ("fixer.verify", "rewritten_part", "rewritten parts"),
+    ("fixer.verify", "verify", "= gate"),
+)
 
-def _audit_stages(folder: Path, repeat: int) -> None:
-    """Per-stage seconds of the one-process audit (medians over ``repeat`` audits), printed as one
-    indented line per stage; a stage that calls itself is counted once."""
+
+def _stage_times(stages, run: Callable[[], object], repeat: int) -> dict[str, float]:
+    """Seconds per stage label (medians over ``repeat`` calls of ``run``) of the main thread, each
+    stage timed by a plain wrapper around its function (a stage that calls itself is counted once;
+    a stage missing from the code is left out). The wrappers are removed afterwards."""
     import importlib
+    import inspect
+    import threading
 
-    from fixer.api import AuditOptions, audit
-
+    main = threading.main_thread()
     spent: dict[str, float] = {}
     patched = []
-    for mod_name, attr, label in AUDIT_STAGES:
+    for mod_name, attr, label in stages:
         owner = importlib.import_module(mod_name)
         *path, name = attr.split(".")
         for part in path:
@@ -236,6 +259,8 @@ def _audit_stages(folder: Path, repeat: int) -> None:
         orig = getattr(owner, name)
 
         def timed(*a, _orig=orig, _label=label, _depth=[0], **k):
+            if threading.current_thread() is not main:
+                return _orig(*a, **k)
             _depth[0] += 1
             t0 = time.perf_counter()
             try:
@@ -245,20 +270,33 @@ def _audit_stages(folder: Path, repeat: int) -> None:
                 if _depth[0] == 0:
                     spent[_label] = spent.get(_label, 0.0) + time.perf_counter() - t0
 
-        setattr(owner, name, timed)
-        patched.append((owner, name, orig))
+        targets = [owner]
+        if not path and inspect.isfunction(orig):  # also where other nafix modules imported it by name
+            targets += [m for n, m in list(sys.modules.items())
+                        if m is not owner and n.split(".")[0] == "fixer" and getattr(m, name, None) is orig]
+        for target in targets:
+            setattr(target, name, timed)
+            patched.append((target, name, orig))
     runs = []
     try:
         for _ in range(repeat):
             spent.clear()
-            audit([folder], AuditOptions())
+            run()
             runs.append(dict(spent))
     finally:
-        for owner, name, orig in reversed(patched):
-            setattr(owner, name, orig)
-    labels = [label for _, _, label in AUDIT_STAGES if any(label in r for r in runs)]
-    print("  audit stages (s): " + "; ".join(f"{label} {med(r.get(label, 0.0) for r in runs):.3f}"
-                                            for label in labels))
+        for target, name, orig in reversed(patched):
+            setattr(target, name, orig)
+    return {label: med(r.get(label, 0.0) for r in runs)
+            for _, _, label in stages if any(label in r for r in runs)}
+
+
+def _audit_stages(folder: Path, repeat: int) -> None:
+    """Per-stage seconds of the one-process audit (medians over ``repeat`` audits), printed as one
+    indented line."""
+    from fixer.api import AuditOptions, audit
+
+    times = _stage_times(AUDIT_STAGES, lambda: audit([folder], AuditOptions()), repeat)
+    print("  audit stages (s): " + "; ".join(f"{label} {t:.3f}" for label, t in times.items()))
 
 
 def bench_chains(repeat: int, sizes=(9, 36, 143, 571, 5710)) -> None:
@@ -279,12 +317,36 @@ def bench_chains(repeat: int, sizes=(9, 36, 143, 571, 5710)) -> None:
                 t0 = time.perf_counter()
                 fix(path, FixOptions(dry_run=True))
                 t.append(time.perf_counter() - t0)
-            rows.append((n, med(t)))
+            rows.append((n, med(t), path))
             print(f"  chain {n:6d} nodes: fix --dry-run {med(t):.2f} s (min {min(t):.2f}, max {max(t):.2f})",
                   flush=True)
-    (n0, t0), (n1, t1) = rows[-2], rows[-1]
-    print(f"fix of QDQ chains: {n0} -> {n1} nodes ({n1 / n0:.1f}x) costs {t1 / t0:.1f}x the time "
-          f"(target <= 12x for ~10x nodes)")
+        (n0, t0, p0), (n1, t1, p1) = rows[-2], rows[-1]
+        print(f"fix of QDQ chains: {n0} -> {n1} nodes ({n1 / n0:.1f}x) costs {t1 / t0:.1f}x the time "
+              f"(target <= 12x for ~10x nodes)")
+        _chain_stages((n0, p0), (n1, p1), repeat)
+
+
+def _chain_stages(small: tuple[int, Path], large: tuple[int, Path], repeat: int) -> None:
+    """The two largest chains' fix, stage by stage (main thread, medians of ``repeat`` fixes with
+    the stage wrappers on, apart from the timed runs): each stage's seconds on both, their ratio and
+    what the large chain spends on it beyond the node ratio (the stages a 12x target rests on)."""
+    from fixer.api import FixOptions, fix
+
+    def stages(path: Path) -> dict[str, float]:
+        def run():
+            gc.collect()
+            fix(path, FixOptions(dry_run=True))
+
+        return _stage_times(FIX_STAGES, run, repeat)
+
+    (n0, p0), (n1, p1) = small, large
+    a, b = stages(p0), stages(p1)
+    scale = n1 / n0
+    print(f"  fix stages, main thread (s): {n0} -> {n1} nodes, ratio, beyond {scale:.1f}x the small chain's")
+    for label in [k for _, _, k in FIX_STAGES if k in a or k in b]:
+        x, y = a.get(label, 0.0), b.get(label, 0.0)
+        ratio = f"{y / x:5.1f}x" if x > 0 else "   --"
+        print(f"    {label:52s} {x:6.3f} -> {y:6.3f}  {ratio}  {y - scale * x:+6.3f}")
 
 
 _QUANTIZE_CHILD = """
