@@ -7,10 +7,10 @@ process. Nothing here asserts: machines are noisy; read the ratios.
 Sections (``--speed all`` or a comma list): ``audit`` (one-process audit vs onnx.load +
 infer_shapes of the same models; peak memory of the folder audit vs the largest single-model audit),
 ``chains`` (fix --dry-run of synthetic QDQ conv chains of growing size, then the two largest
-chains' main-thread time stage by stage: what grows faster than the node count), ``quantize`` (``--quantize``
-on gtcrn and on a ~15k-node synthetic graph; quantizing a float YOLOv8n-like model vs plain
-``quantize_static``), ``onnxslim`` (``nafix MODEL`` vs onnxslim per model; skipped when onnxslim is
-not installed).
+chains' main-thread time stage by stage: what grows faster than the node count), ``quantize``
+(``--quantize`` on gtcrn and on a ~15k-node synthetic graph; quantizing a float YOLOv8n-like model vs
+plain ``quantize_static``), ``onnxslim`` (``nafix MODEL`` vs onnxslim per model; skipped when
+onnxslim is not installed).
 """
 
 from __future__ import annotations
@@ -345,7 +345,7 @@ def _chain_stages(small: tuple[int, Path], large: tuple[int, Path], repeat: int)
     print(f"  fix stages, main thread (s): {n0} -> {n1} nodes, ratio, beyond {scale:.1f}x the small chain's")
     for label in [k for _, _, k in FIX_STAGES if k in a or k in b]:
         x, y = a.get(label, 0.0), b.get(label, 0.0)
-        ratio = f"{y / x:5.1f}x" if x > 0 else "   --"
+        ratio = f"{y / x:5.1f}x" if x >= 0.001 else "   --"  # (not a ratio of a stage the small chain skips)
         print(f"    {label:52s} {x:6.3f} -> {y:6.3f}  {ratio}  {y - scale * x:+6.3f}")
 
 
