@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -222,163 +221,6 @@ def _calibration_without_spinning() -> Iterator[None]:
         calibrate.CalibraterBase.create_inference_session = original
 
 
-#: Calibration runs in flight at once in one session, where the process may use this many cores
-#: (:func:`_pipelined_calibration`).
-CALIBRATION_RUNS_AT_ONCE = 2
-
-
-def _calibration_runs_at_once() -> int:
-    """:data:`CALIBRATION_RUNS_AT_ONCE`, or 1 where the process may use fewer cores."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not Linux
-        cores = os.cpu_count() or 1
-    return CALIBRATION_RUNS_AT_ONCE if cores >= CALIBRATION_RUNS_AT_ONCE else 1
-
-
-class _Pipeline:
-    """``workers`` of onnxruntime's calibration runs at a time (:func:`_pipelined_calibration`):
-    :meth:`get_next` hands the calibrator the next sample of ``source`` (a CalibrationDataReader)
-    once its run and the next ones' (up to ``workers`` in all) have begun on as many threads, and
-    ``wrap(session)`` gives the calibrator a session whose ``run(None, sample)`` of a sample so
-    handed out is that run's result."""
-
-    def __init__(self, source, workers: int):
-        import collections
-        import concurrent.futures
-
-        self.source = source
-        self.session = None  # the calibrator's session, once made
-        self.pool = concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="nafix-calibration")
-        self.window = workers
-        self.ahead: collections.deque = collections.deque()  # (sample, run) read, not handed out yet
-        self.handed: dict[int, tuple] = {}  # id(sample) -> (sample, run): handed out, not run by the calibrator
-        self.exhausted = False
-
-    def wrap(self, session):
-        self.session = session
-        return _PipelinedSession(session, self)
-
-    def get_next(self):
-        if self.session is None:  # (no session yet: nothing to run it in)
-            return self.source.get_next()
-        while len(self.ahead) < self.window and not self.exhausted:
-            try:
-                sample = self.source.get_next()
-            except Exception as exc:  # noqa: BLE001 - raised when the calibrator asks for that sample
-                self.exhausted = True
-                self.ahead.append((exc, None))
-                break
-            if not sample:  # (onnxruntime's own test for the end)
-                self.exhausted = True
-                break
-            self.ahead.append((sample, self.pool.submit(self.session.run, None, sample)))
-        if not self.ahead:
-            return None
-        sample, run = self.ahead.popleft()
-        if run is None:
-            raise sample
-        self.handed[id(sample)] = (sample, run)
-        return sample
-
-    def result(self, output_names, input_feed, run_options):
-        """The run begun for ``input_feed`` when it is a sample handed out and the call is the one
-        begun (every output, no run options), else None."""
-        if output_names is not None or run_options is not None:
-            return None
-        entry = self.handed.get(id(input_feed))
-        if entry is None or entry[0] is not input_feed:
-            return None
-        del self.handed[id(input_feed)]
-        return entry[1]
-
-    def close(self) -> None:
-        """Cancel the runs not begun, wait for the others (nothing is left running)."""
-        self.ahead.clear()
-        self.handed.clear()
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-class _PipelinedReader:
-    """The CalibrationDataReader of a :class:`_Pipeline` (the calibrator reads its samples here)."""
-
-    def __init__(self, pipe: _Pipeline):
-        self._pipe = pipe
-
-    def get_next(self):
-        return self._pipe.get_next()
-
-    def __iter__(self):
-        return self
-
-    def __next__(self):
-        sample = self.get_next()
-        if not sample:
-            raise StopIteration
-        return sample
-
-    def __len__(self) -> int:
-        return len(self._pipe.source)
-
-
-class _PipelinedSession:
-    """The calibrator's session: ``run`` of a sample :class:`_Pipeline` handed out waits for that
-    sample's run; any other call runs as it would."""
-
-    def __init__(self, inner, pipe: _Pipeline):
-        self._inner = inner
-        self._pipe = pipe
-
-    def run(self, output_names, input_feed, run_options=None):
-        begun = self._pipe.result(output_names, input_feed, run_options)
-        if begun is not None:
-            return begun.result()
-        return self._inner.run(output_names, input_feed, run_options)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
-@contextlib.contextmanager
-def _pipelined_calibration(reader, workers: int) -> Iterator[object]:
-    """Yields the reader to hand onnxruntime's calibrator instead of ``reader``: within the block, its
-    calibration session runs ``workers`` samples at a time (the next sample's run begins while the
-    calibrator waits for the first), and the calibrator gets each result in its own order.
-    onnxruntime's calibrators (MinMax, Entropy, Percentile) read a sample, run it with every output
-    and keep the result, one after the other: they get the same results in the same order, and the
-    data reading (random samples, image decoding) overlaps the runs. With ``workers`` of 1 the
-    block changes nothing.
-
-    The runs share the one session and its options (onnxruntime's sessions may run from several
-    threads at once): the same threads split each node's work the same way, so every run computes
-    the same bits as alone, and the ranges and the quantized model are byte for byte the same.
-    Two one-thread sessions would be faster still, but onnxruntime splits some kernels' sums by
-    thread count: on 2 of nafix's 5 float sample models the ranges then moved by an ulp.
-
-    Why: a calibration run of a detector keeps 2 cores busy only part of the time (many small
-    element-wise ops), and a second run in the same session fills the gaps: the 16 calibration
-    runs of a float YOLOv8n took ~0.99 s against ~1.1 s one at a time on this 2-core machine
-    (scripts/bench_speed.py measures the whole --quantize)."""
-    if workers <= 1:
-        yield reader
-        return
-    from onnxruntime.quantization import calibrate
-
-    pipe = _Pipeline(reader, workers)
-    original = calibrate.CalibraterBase.__dict__["create_inference_session"]
-
-    def create_inference_session(self):
-        original(self)
-        self.infer_session = pipe.wrap(self.infer_session)
-
-    calibrate.CalibraterBase.create_inference_session = create_inference_session
-    try:
-        yield _PipelinedReader(pipe)
-    finally:
-        calibrate.CalibraterBase.create_inference_session = original
-        pipe.close()
-
-
 def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[str], method: str,
                          nodes_to_quantize: Sequence[str] = (), nodes_to_exclude: Sequence[str] = (),
                          overrides: Mapping[str, list[dict]] | None = None, keep_activations: bool = False,
@@ -407,10 +249,9 @@ def _run_quantize_static(model: onnx.ModelProto, reader, *, op_types: Sequence[s
             # linear_time_quantization: same result, without onnxruntime's per-tensor graph rescans
             keep, sink = record if record is not None else (0, [])
             with _quiet_onnxruntime(), linear_time_quantization(), _calibration_without_spinning(), \
-                    _pipelined_calibration(reader, _calibration_runs_at_once()) as calibration_reader, \
                     _recording_calibration([o.name for o in model.graph.output], keep, sink):
                 quantize_static(
-                    str(src), str(dst), calibration_reader,
+                    str(src), str(dst), reader,
                     quant_format=QuantFormat.QDQ,
                     op_types_to_quantize=list(op_types),
                     per_channel=ir.model_opset(model) >= MIN_PER_CHANNEL_OPSET,
