@@ -158,25 +158,33 @@ class _RecordingSession:
 
 
 @contextlib.contextmanager
-def _recording_calibration(names: Sequence[str], keep: int, sink: list) -> Iterator[None]:
-    """Within the block, onnxruntime's calibrators record the graph outputs ``names`` of their first
-    ``keep`` samples into ``sink`` as ``(feed, {name: value})`` (see :class:`_RecordingSession`)."""
-    if keep <= 0:
-        yield
-        return
+def _wrapped_calibration_session(wrap) -> Iterator[None]:
+    """Within the block, the session onnxruntime's calibrators make (their own
+    ``create_inference_session``, as patched by any enclosing block) is ``wrap(session)``."""
     from onnxruntime.quantization import calibrate
 
     original = calibrate.CalibraterBase.__dict__["create_inference_session"]
 
     def create_inference_session(self):
         original(self)
-        self.infer_session = _RecordingSession(self.infer_session, names, keep, sink)
+        self.infer_session = wrap(self.infer_session)
 
     calibrate.CalibraterBase.create_inference_session = create_inference_session
     try:
         yield
     finally:
         calibrate.CalibraterBase.create_inference_session = original
+
+
+@contextlib.contextmanager
+def _recording_calibration(names: Sequence[str], keep: int, sink: list) -> Iterator[None]:
+    """Within the block, onnxruntime's calibrators record the graph outputs ``names`` of their first
+    ``keep`` samples into ``sink`` as ``(feed, {name: value})`` (see :class:`_RecordingSession`)."""
+    if keep <= 0:
+        yield
+        return
+    with _wrapped_calibration_session(lambda session: _RecordingSession(session, names, keep, sink)):
+        yield
 
 
 class _NoSpinOnnxruntime:
@@ -234,14 +242,13 @@ class _ReadAhead:
     that run. One run at a time, in the calibrator's order."""
 
     def __init__(self, source):
-        import collections
         import concurrent.futures
 
         self.source = source
         self.session = None  # the calibrator's session, once made
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="nafix-calibration")
-        self.ahead: collections.deque = collections.deque()  # (sample, run) read, not handed out yet
-        self.handed: dict[int, tuple] = {}  # id(sample) -> (sample, run): handed out, not run by the calibrator
+        self.ahead: tuple | None = None  # (sample, run) read, not handed out yet; (error, None): a failed read
+        self.handed: tuple | None = None  # (sample, run) handed out last, not run by the calibrator yet
         self.exhausted = False
 
     def wrap(self, session):
@@ -255,24 +262,25 @@ class _ReadAhead:
             sample = self.source.get_next()
         except Exception as exc:  # noqa: BLE001 - raised when the calibrator asks for that sample
             self.exhausted = True
-            self.ahead.append((exc, None))
+            self.ahead = (exc, None)
             return
         if not sample:  # (onnxruntime's own test for the end)
             self.exhausted = True
             return
-        self.ahead.append((sample, self.pool.submit(self.session.run, None, sample)))
+        self.ahead = (sample, self.pool.submit(self.session.run, None, sample))
 
     def get_next(self):
         if self.session is None:  # (no session yet: nothing to run it in)
             return self.source.get_next()
-        if not self.ahead and not self.exhausted:
+        if self.ahead is None and not self.exhausted:
             self._read()
-        if not self.ahead:
+        if self.ahead is None:
             return None
-        sample, run = self.ahead.popleft()
+        sample, run = self.ahead
+        self.ahead = None
         if run is None:
             raise sample
-        self.handed[id(sample)] = (sample, run)
+        self.handed = (sample, run)
         if not self.exhausted:
             self._read()  # the next sample, while this one runs
         return sample
@@ -282,16 +290,14 @@ class _ReadAhead:
         begun (every output, no run options), else None."""
         if output_names is not None or run_options is not None:
             return None
-        entry = self.handed.get(id(input_feed))
-        if entry is None or entry[0] is not input_feed:
+        if self.handed is None or self.handed[0] is not input_feed:
             return None
-        del self.handed[id(input_feed)]
-        return entry[1]
+        run, self.handed = self.handed[1], None
+        return run
 
     def close(self) -> None:
         """Cancel the runs not begun, wait for the one going (nothing is left running)."""
-        self.ahead.clear()
-        self.handed.clear()
+        self.ahead = self.handed = None
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -352,20 +358,11 @@ def _calibration_reading_ahead(reader) -> Iterator[object]:
     if not READ_AHEAD:
         yield reader
         return
-    from onnxruntime.quantization import calibrate
-
     ahead = _ReadAhead(reader)
-    original = calibrate.CalibraterBase.__dict__["create_inference_session"]
-
-    def create_inference_session(self):
-        original(self)
-        self.infer_session = ahead.wrap(self.infer_session)
-
-    calibrate.CalibraterBase.create_inference_session = create_inference_session
     try:
-        yield _ReadAheadReader(ahead)
+        with _wrapped_calibration_session(ahead.wrap):
+            yield _ReadAheadReader(ahead)
     finally:
-        calibrate.CalibraterBase.create_inference_session = original
         ahead.close()
 
 
