@@ -492,3 +492,41 @@ def test_a_mirror_failing_its_self_test_leaves_the_plain_path(monkeypatch):
     plain = model_io._infer_shapes(twin, path, warnings)
     assert not warnings and not static
     assert apart.SerializeToString() == plain.SerializeToString()
+
+
+@pytest.mark.parametrize("path", APART_MODELS, ids=lambda p: p.name)
+def test_refresh_shapes_equals_plain_inference_and_the_probe(path):
+    """After a rewrite (the engine's commit, the model --quantize made), a flat graph is inferred with
+    the weights apart and its statically shaped names read off the answer: byte for byte what plain
+    inference and the full walk for unknown shapes give."""
+    model = onnx.load(str(path))
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    warnings: list[str] = []
+    plain = model_io._infer_shapes(twin, path, warnings)
+    model_io._fill_shapes_by_running(plain, warnings)
+    refreshed = model_io.refresh_shapes(model)
+    assert refreshed.SerializeToString() == plain.SerializeToString()
+
+
+def test_refresh_shapes_takes_the_fast_path_only_on_a_flat_graph(monkeypatch):
+    """A flat graph goes through _infer_apart (the model itself comes back); a graph with an If does not."""
+    seen = []
+    real = model_io._infer_apart
+    monkeypatch.setattr(model_io, "_infer_apart", lambda m, static_out=None: seen.append(m) or real(m, static_out))
+    flat = helper.make_model(helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]))
+    out = model_io.refresh_shapes(flat)
+    assert seen == [flat] and out is flat
+    assert [d.dim_value for d in out.graph.output[0].type.tensor_type.shape.dim] == [1, 2]
+    then_g = helper.make_graph([], "then", [], [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("Constant", [], ["c"], value=numpy_helper.from_array(np.array(True), "cv")),
+             helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=then_g)]
+    branchy = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    model_io.refresh_shapes(branchy)
+    assert seen == [flat]
