@@ -405,13 +405,12 @@ def fix(path: str | os.PathLike[str], opts: FixOptions = FixOptions(), *,
 
     Without --quantize the cyclic garbage collector is paused for the whole fix (restored after it,
     also on error): the fix builds graph views whose objects all survive it, and each collection
-    walked them again (a 31k-node chain: ~0.5 s of collections). What is alive at its end goes to
-    the collector's oldest generation (:func:`fixer.graph.gc_paused`): what a fix discards in cycles
-    is collected by the next full collection. --quantize keeps it running (onnxruntime's quantizer allocates
+    walked them again (a 31k-node chain: ~0.5 s of collections). What a fix discards is collected
+    when the collector next runs. --quantize keeps it running (onnxruntime's quantizer allocates
     much that it discards)."""
     if opts.quantize:
         return _fix(path, opts, on_round=on_round, on_compile_line=on_compile_line, on_calibration=on_calibration)
-    with gc_paused(promote=True):
+    with gc_paused():
         return _fix(path, opts, on_round=on_round, on_compile_line=on_compile_line, on_calibration=on_calibration)
 
 

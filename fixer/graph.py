@@ -43,29 +43,20 @@ class TensorInfo:
 
 
 @contextlib.contextmanager
-def gc_paused(*, promote: bool = False):
+def gc_paused():
     """Pause Python's cyclic garbage collector while a block allocates a large object graph.
 
     An import builds several small objects per node and tensor (they reference each other); every
     few hundred allocations the collector would walk the older generations, so a 30,000-node
     import spent more time collecting than building, and more the larger the heap already was. The
     collector runs again after the block (nothing is leaked: unreachable cycles are collected then).
-
-    ``promote``: the objects alive at the end of the block go to the oldest generation before the
-    collector runs again, so the first young collection after it does not walk them all (after a
-    31k-node fix that collection walked 755,000 objects that a fix's result still holds, for 0.13-0.2
-    s, and found 10 unreachable). Unreachable cycles among them are collected by the next full
-    collection (or ``gc.collect()``) instead. Only where the collector was paused here, not within
-    a block that paused it already."""
+    """
     was_enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was_enabled:
-            if promote:
-                gc.freeze()  # (no walk: the lists of the generations are moved, the young count reset)
-                gc.unfreeze()  # ... into the oldest generation
             gc.enable()
 
 

@@ -846,28 +846,13 @@ def _static_names(graph) -> set[str]:
 
 def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
     """Recompute value_info after a rewrite: ONNX shape inference, then (where it gives up on contrib
-    ops or shape arithmetic) one onnxruntime run, as at load time. A graph without subgraphs,
-    functions or training graphs is inferred as at load time too (:func:`_infer_apart`: the weights
-    held apart, the statically shaped names read off inference's answer), and ``model`` itself is
-    returned with its new value_info; any other graph gets a new model from plain inference."""
+    ops or shape arithmetic) one onnxruntime run, as at load time."""
     warnings: list[str] = []
-    flat = not len(model.functions) and not len(model.training_info) and not _has_subgraphs(model.graph)
-    static: list[set[str]] = []
-    model = _infer_shapes(model, Path("<rewritten>"), warnings, weights_apart=flat, static_out=static)
-    _fill_shapes_by_running(model, warnings, static=static[0] if static else None)
+    model = _infer_shapes(model, Path("<rewritten>"), warnings)
+    _fill_shapes_by_running(model, warnings)
     for w in warnings:
         log.debug("after rewrite: %s", w)
     return model
-
-
-def _has_subgraphs(graph: onnx.GraphProto) -> bool:
-    """Some node of ``graph`` has a GRAPH or GRAPHS attribute (even an empty one)."""
-    for node in graph.node:
-        if node.attribute:
-            for a in node.attribute:
-                if a.type == _GRAPH or a.type == _GRAPHS:
-                    return True
-    return False
 
 
 def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = None,
