@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import contextvars
+import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -208,6 +209,39 @@ def _value_info(arg) -> onnx.ValueInfoProto | None:
     return helper.make_tensor_value_info(arg.name, elem, dims)
 
 
+class _Arg:
+    """What onnxruntime's NodeArg says of a session's input or output (name, type, shape), kept
+    after the session is gone."""
+
+    __slots__ = ("name", "type", "shape")
+
+    def __init__(self, arg):
+        self.name, self.type, self.shape = arg.name, arg.type, arg.shape
+
+
+class Loaded:
+    """A segment's session made only to see that it loads: its inputs and outputs as onnxruntime
+    described them. The session itself is dropped at once, so its memory is not held while the
+    caller goes on (:class:`SegmentedSession` with ``keep`` False makes them again to run)."""
+
+    __slots__ = ("_inputs", "_outputs")
+
+    def __init__(self, sess):
+        self._inputs = [_Arg(a) for a in sess.get_inputs()]
+        self._outputs = [_Arg(a) for a in sess.get_outputs()]
+
+    def get_inputs(self):
+        return list(self._inputs)
+
+    def get_outputs(self):
+        return list(self._outputs)
+
+
+def _loaded_only(make: Callable[[onnx.ModelProto], object], model: onnx.ModelProto) -> Loaded:
+    """``make(model)``, checked to load and dropped (:class:`Loaded`)."""
+    return Loaded(make(model))
+
+
 class Unsegmentable(Exception):
     """A boundary tensor onnxruntime does not describe as a tensor: the graph is made whole."""
 
@@ -348,9 +382,14 @@ class SegmentedSession:
     whole graph's node would see it. The error of the first segment onnxruntime rejects, in graph
     order, is raised, once none is left loading."""
 
-    def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object]):
+    def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object], *,
+                 keep: bool = True):
         g = model.graph
         self._plan, self._make, self._model = cut, make, model
+        #: False: each segment's session is dropped once made (:class:`Loaded`), so a graph that is
+        #: only checked to load never holds all of them; :meth:`run` makes them again (as they were
+        #: made: by the threads, or in order) and keeps them
+        self._keep = keep
         self._declared_in = {i.name: i for i in g.input}
         self._declared_out = {o.name: o for o in g.output}
         self._graph_inputs = [i.name for i in g.input]
@@ -371,14 +410,20 @@ class SegmentedSession:
                 self._declared[t] = o
             elif t in vi_at:
                 self._declared[t] = g.value_info[vi_at[t]]
+        self._ordered = False  # the segments were made in order (:meth:`_in_order`)
         if all(_typed(self._declared.get(t)) for t in self._crossing):
-            pool = _shared.get()
-            if pool is None:
-                pool = self._own = _new_workers()
-            self._futures = [pool.submit(make, self._segment_model(s, self._declared.get))
-                             for s in range(len(cut.segments))]
+            self._begin()
         else:
             self._in_order()
+
+    def _begin(self) -> None:
+        """Hand every segment, its inputs declared as the graph declares them, to the threads."""
+        pool = _shared.get()
+        if pool is None:
+            pool = self._own = _new_workers()
+        load = self._make if self._keep else functools.partial(_loaded_only, self._make)
+        self._futures = [pool.submit(load, self._segment_model(s, self._declared.get))
+                         for s in range(len(self._plan.segments))]
 
     def _segment_model(self, s: int, declare: Callable[[str], onnx.ValueInfoProto]) -> onnx.ModelProto:
         """Segment ``s`` as a model; ``declare(t)``: how an input made by an earlier segment is declared."""
@@ -414,9 +459,12 @@ class SegmentedSession:
                 raise Unsegmentable(t)
             return v
 
+        self._ordered = True
         sessions = []
         for s in range(len(self._plan.segments)):
             sess = self._make(self._segment_model(s, declare))
+            if not self._keep:
+                sess = Loaded(sess)
             for a in sess.get_outputs():
                 args[a.name] = a
             sessions.append(sess)
@@ -461,6 +509,13 @@ class SegmentedSession:
 
     def run(self, names: Sequence[str] | None, feed: Mapping[str, object], run_options=None) -> list:
         self.ready()
+        if not self._keep:  # only checked to load so far: the sessions are made again (as before), kept now
+            self._keep, self._sessions = True, None
+            if self._ordered:
+                self._in_order()
+            else:
+                self._begin()
+                self.ready()
         graph_outputs = [o.name for o in self._outputs]
         names = graph_outputs if names is None else list(names)
         for t in feed:

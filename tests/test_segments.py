@@ -352,3 +352,52 @@ def test_segments_assembled_from_bytes_equal_those_built_of_messages(small_cuts,
     assert first.graph.name == "wide_segment0" and first.opset_import == model.opset_import
     assert {t.name for t in first.graph.initializer} == {
         t for k in cut.segments[0] for t in cut.reads[k] if t in {i.name for i in model.graph.initializer}}
+
+
+@pytest.mark.parametrize("value_info", [True, False], ids=["made-by-threads", "made-in-order"])
+def test_segments_only_checked_to_load_hold_no_session_and_run_as_kept_ones(small_cuts, value_info):
+    """``keep=False`` (the gate's fixed model where something else may run in its place): each
+    segment's session is dropped once made, what it loaded as is still described as a kept session
+    describes it, and running it makes the sessions again, with the same values."""
+    model = _wide(value_info=value_info)
+    kept = verify_mod.begin_session(model).ready()
+    checked = verify_mod.begin_session(model, keep=False).ready()
+    assert isinstance(checked, segments.SegmentedSession)
+    assert checked._ordered is (not value_info)  # without boundary declarations: made one after another
+    assert checked._sessions and all(type(s) is segments.Loaded for s in checked._sessions)
+    describe = lambda args: [(a.name, a.type, a.shape) for a in args]  # noqa: E731
+    assert describe(checked.get_inputs()) == describe(kept.get_inputs())
+    assert describe(checked.get_outputs()) == describe(kept.get_outputs())
+    feed = _feeds(7)
+    for a, b in zip(checked.run(None, feed), kept.run(None, feed)):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert not any(type(s) is segments.Loaded for s in checked._sessions)  # made again, and kept
+
+
+def test_a_segment_onnxruntime_rejects_is_rejected_when_only_checked_to_load(small_cuts):
+    model = _wide()
+    next(n for n in reversed(model.graph.node) if n.op_type == "Mul").op_type = "NoSuchOp"
+    with pytest.raises(Exception, match="NoSuchOp"):
+        verify_mod.begin_session(model, keep=False).ready()
+
+
+def test_the_gate_holds_the_fixed_models_segments_only_where_it_runs_them(tmp_path, monkeypatch):
+    """A QDQ chain cut into segments: its rewritten nodes prove every input set, so the fixed model's
+    segments are only checked to load (none is kept), and the verdict is that of the whole graphs."""
+    path = tmp_path / "chain.onnx"
+    onnx.save(qdq_sub_chain(24), path)
+    whole = fix(path, FixOptions(dry_run=True))
+    made: list = []
+    real = segments.SegmentedSession.__init__
+
+    def spy(self, *a, **k):
+        made.append(self)
+        real(self, *a, **k)
+
+    monkeypatch.setattr(segments.SegmentedSession, "__init__", spy)
+    monkeypatch.setattr(segments, "SEGMENT_FROM", 40)
+    monkeypatch.setattr(segments, "SEGMENT_NODES", 25)
+    seg = fix(path, FixOptions(dry_run=True))
+    assert seg.verification.as_dict() == whole.verification.as_dict() and seg.verification.ok
+    assert [s._keep for s in made] == [True, False]  # the original's kept, the fixed model's checked
+    assert all(type(s) is segments.Loaded for s in made[1]._sessions)
