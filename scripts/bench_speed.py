@@ -323,6 +323,10 @@ def bench_chains(repeat: int, sizes=(9, 36, 143, 571, 5710)) -> None:
         (n0, t0, p0), (n1, t1, p1) = rows[-2], rows[-1]
         print(f"fix of QDQ chains: {n0} -> {n1} nodes ({n1 / n0:.1f}x) costs {t1 / t0:.1f}x the time "
               f"(target <= 12x for ~10x nodes)")
+        fix_code = "from fixer.api import FixOptions, fix\nfix(sys.argv[1], FixOptions(dry_run=True))"
+        peak = {n: _child(fix_code, str(p))["rss_mib"] for n, p in ((n0, p0), (n1, p1))}
+        print(f"  peak RSS of one fix --dry-run in a fresh process: {peak[n0]:.0f} MiB ({n0} nodes), "
+              f"{peak[n1]:.0f} MiB ({n1} nodes)")
         _chain_stages((n0, p0), (n1, p1), repeat)
 
 
