@@ -25,7 +25,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import contextvars
-import functools
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -237,11 +236,6 @@ class Loaded:
         return list(self._outputs)
 
 
-def _loaded_only(make: Callable[[onnx.ModelProto], object], model: onnx.ModelProto) -> Loaded:
-    """``make(model)``, checked to load and dropped (:class:`Loaded`)."""
-    return Loaded(make(model))
-
-
 class Unsegmentable(Exception):
     """A boundary tensor onnxruntime does not describe as a tensor: the graph is made whole."""
 
@@ -421,9 +415,13 @@ class SegmentedSession:
         pool = _shared.get()
         if pool is None:
             pool = self._own = _new_workers()
-        load = self._make if self._keep else functools.partial(_loaded_only, self._make)
-        self._futures = [pool.submit(load, self._segment_model(s, self._declared.get))
+        self._futures = [pool.submit(self._load, self._segment_model(s, self._declared.get))
                          for s in range(len(self._plan.segments))]
+
+    def _load(self, segment: onnx.ModelProto):
+        """The session of ``segment``, or what it loaded as (:class:`Loaded`) where it is not kept."""
+        sess = self._make(segment)
+        return sess if self._keep else Loaded(sess)
 
     def _segment_model(self, s: int, declare: Callable[[str], onnx.ValueInfoProto]) -> onnx.ModelProto:
         """Segment ``s`` as a model; ``declare(t)``: how an input made by an earlier segment is declared."""
@@ -462,9 +460,7 @@ class SegmentedSession:
         self._ordered = True
         sessions = []
         for s in range(len(self._plan.segments)):
-            sess = self._make(self._segment_model(s, declare))
-            if not self._keep:
-                sess = Loaded(sess)
+            sess = self._load(self._segment_model(s, declare))
             for a in sess.get_outputs():
                 args[a.name] = a
             sessions.append(sess)
