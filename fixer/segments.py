@@ -354,10 +354,17 @@ def _assembled(wire, header: bytes, name: str, nodes: list[bytes], initializers:
     """The model of ``header`` (a serialized ModelProto without its graph) whose graph ``name`` holds
     the serialized ``nodes``, ``initializers`` and ``value_info`` and the ValueInfoProtos ``inputs``
     and ``outputs``, assembled through the classes ``wire`` (:func:`_wire_classes`)."""
+    return onnx.ModelProto.FromString(_assembled_bytes(wire, header, name, nodes, initializers, value_info,
+                                                       inputs, outputs))
+
+
+def _assembled_bytes(wire, header: bytes, name: str, nodes: list[bytes], initializers: list[bytes],
+                     value_info: list[bytes], inputs, outputs) -> bytes:
+    """:func:`_assembled`, serialized (the bytes it parses)."""
     graph_wire, model_wire = wire
     graph = graph_wire(name=name, node=nodes, initializer=initializers, value_info=value_info,
                        input=[v.SerializeToString() for v in inputs], output=[v.SerializeToString() for v in outputs])
-    return onnx.ModelProto.FromString(header + model_wire(graph=graph.SerializeToString()).SerializeToString())
+    return header + model_wire(graph=graph.SerializeToString()).SerializeToString()
 
 
 class SegmentedSession:
@@ -377,9 +384,14 @@ class SegmentedSession:
     order, is raised, once none is left loading."""
 
     def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object], *,
-                 keep: bool = True):
+                 keep: bool = True, make_serialized: Callable[[bytes, int], object] | None = None):
         g = model.graph
         self._plan, self._make, self._model = cut, make, model
+        #: ``make_serialized(data, n)``: the session of the serialized segment ``data`` (``n``: at least
+        #: the number of initializers and Constant nodes it holds), where segments are assembled as
+        #: bytes (:func:`_wire_classes`): each is then handed over as the bytes it is assembled of,
+        #: not parsed into a model that ``make`` would serialize again
+        self._make_serialized = make_serialized
         #: False: each segment's session is dropped once made (:class:`Loaded`), so a graph that is
         #: only checked to load never holds all of them; :meth:`run` makes them again (as they were
         #: made: by the threads, or in order) and keeps them
@@ -415,16 +427,21 @@ class SegmentedSession:
         pool = _shared.get()
         if pool is None:
             pool = self._own = _new_workers()
-        self._futures = [pool.submit(self._load, self._segment_model(s, self._declared.get))
+        self._futures = [pool.submit(self._load, s, self._segment_model(s, self._declared.get))
                          for s in range(len(self._plan.segments))]
 
-    def _load(self, segment: onnx.ModelProto):
-        """The session of ``segment``, or what it loaded as (:class:`Loaded`) where it is not kept."""
-        sess = self._make(segment)
+    def _load(self, s: int, segment: onnx.ModelProto | bytes):
+        """The session of segment ``s`` (``segment``: from :meth:`_segment_model`), or what it loaded
+        as (:class:`Loaded`) where it is not kept."""
+        if isinstance(segment, bytes):
+            sess = self._make_serialized(segment, len(self._plan.initializers[s]) + len(self._plan.segments[s]))
+        else:
+            sess = self._make(segment)
         return sess if self._keep else Loaded(sess)
 
-    def _segment_model(self, s: int, declare: Callable[[str], onnx.ValueInfoProto]) -> onnx.ModelProto:
-        """Segment ``s`` as a model; ``declare(t)``: how an input made by an earlier segment is declared."""
+    def _segment_model(self, s: int, declare: Callable[[str], onnx.ValueInfoProto]) -> onnx.ModelProto | bytes:
+        """Segment ``s`` as a model (serialized, where it is assembled of bytes and there is a
+        ``make_serialized``); ``declare(t)``: how an input made by an earlier segment is declared."""
         cut, parts, declared_in, declared_out = self._plan, self._parts, self._declared_in, self._declared_out
         idx = cut.segments[s]
         name = f"{self._model.graph.name or 'graph'}_segment{s}"
@@ -444,6 +461,8 @@ class SegmentedSession:
             sg.output.extend(outs)
             sg.value_info.extend(made)
             return m
+        if self._make_serialized is not None:
+            return _assembled_bytes(parts.wire, parts.header, name, nodes, inits, made, ins, outs)
         return _assembled(parts.wire, parts.header, name, nodes, inits, made, ins, outs)
 
     def _in_order(self) -> None:
@@ -460,7 +479,7 @@ class SegmentedSession:
         self._ordered = True
         sessions = []
         for s in range(len(self._plan.segments)):
-            sess = self._load(self._segment_model(s, declare))
+            sess = self._load(s, self._segment_model(s, declare))
             for a in sess.get_outputs():
                 args[a.name] = a
             sessions.append(sess)

@@ -19,7 +19,8 @@ import numpy as np
 import onnx
 
 from .errors import InputError
-from .model_io import prepare_for_runtime, read_npz, runtime_initializers, runtime_session
+from .model_io import (MANY_INITIALIZERS, MAX_RUNTIME_IR_VERSION, prepare_for_runtime, read_npz, runtime_initializers,
+                       runtime_session)
 from .randomdata import uniform
 from .rewriters import IoChange
 from .rules import CONTRACT_ORDER, VerifyContract
@@ -145,7 +146,8 @@ def begin_session(model: onnx.ModelProto, *, keep: bool = True):
     cut = segments.plan(model)
     if cut is not None:
         try:
-            return segments.SegmentedSession(model, cut, _session, keep=keep)
+            return segments.SegmentedSession(model, cut, _session, keep=keep,
+                                             make_serialized=_serialized_session(model.ir_version))
         except segments.Unsegmentable:
             pass
     pool = segments.current_workers()
@@ -154,7 +156,7 @@ def begin_session(model: onnx.ModelProto, *, keep: bool = True):
     return _Whole(model)
 
 
-def _session(model: onnx.ModelProto):
+def _session_options():
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -165,8 +167,28 @@ def _session(model: onnx.ModelProto):
     # same kernels compute the same bits). The gate's runs are short and many, often beside other
     # work: on a loaded 2-core machine spinning cost ~40-70% more CPU time for the same runs.
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return runtime_session(prepare_for_runtime(model).SerializeToString(), opts,
+    return opts
+
+
+def _session(model: onnx.ModelProto):
+    return runtime_session(prepare_for_runtime(model).SerializeToString(), _session_options(),
                            initializers=runtime_initializers(model))
+
+
+def _serialized_session(ir_version: int) -> Callable[[bytes, int], object]:
+    """What makes :func:`_session` of a model given serialized (of IR version ``ir_version``), with
+    at most ``n`` initializers and Constant nodes (:class:`fixer.segments.SegmentedSession`)."""
+    # a ModelProto field written again later in the bytes overrides the earlier one: the IR version
+    # onnxruntime accepts, as prepare_for_runtime sets it
+    cap = onnx.ModelProto(ir_version=MAX_RUNTIME_IR_VERSION).SerializeToString() \
+        if ir_version > MAX_RUNTIME_IR_VERSION else b""
+
+    def make(data: bytes, n: int):
+        if n >= MANY_INITIALIZERS:  # (rare in a segment: count them, as _session does)
+            n = runtime_initializers(onnx.ModelProto.FromString(data))
+        return runtime_session(data + cap, _session_options(), initializers=n)
+
+    return make
 
 
 def _begin_fixed(fixed: onnx.ModelProto, extra: Sequence[str], keep: bool = True):
@@ -394,14 +416,24 @@ def dequantize(q: np.ndarray, scale, zp) -> np.ndarray:
 
 def _output_scales(model: onnx.ModelProto) -> dict[str, float]:
     """Scale of the DequantizeLinear that produces each graph output (per-tensor), for LSB checks."""
-    inits = {t.name: t for t in model.graph.initializer}
     outs = {o.name for o in model.graph.output}
-    scales = {}
+    wanted: dict[str, list[str]] = {}  # scale initializer -> the graph outputs it dequantizes
     for node in model.graph.node:
-        if node.op_type == "DequantizeLinear" and node.output[0] in outs and node.input[1] in inits:
-            s = onnx.numpy_helper.to_array(inits[node.input[1]])
+        if node.op_type == "DequantizeLinear" and node.output[0] in outs:
+            wanted.setdefault(node.input[1], []).append(node.output[0])
+    scales = {}
+    if not wanted:
+        return scales
+    found: dict[str, onnx.TensorProto] = {}
+    for t in model.graph.initializer:  # (the last of a name, as a dict of them would hold)
+        if t.name in wanted:
+            found[t.name] = t
+    for name, outputs in wanted.items():
+        if name in found:
+            s = onnx.numpy_helper.to_array(found[name])
             if s.size == 1:
-                scales[node.output[0]] = float(s.reshape(-1)[0])
+                for o in outputs:
+                    scales[o] = float(s.reshape(-1)[0])
     return scales
 
 
@@ -1074,11 +1106,14 @@ def _downstream(model: onnx.ModelProto, tensors: Sequence[str]) -> Downstream | 
     return _part(model, part, tensors)
 
 
-def _part(model: onnx.ModelProto, part: Sequence[onnx.NodeProto], tensors: Sequence[str]) -> Downstream:
+def _part(model: onnx.ModelProto, part: Sequence[onnx.NodeProto], tensors: Sequence[str],
+          inits: Mapping[str, onnx.TensorProto] | None = None) -> Downstream:
     """``part`` (nodes of ``model``, in its order) as a :class:`Downstream` model of its own: the
-    initializers it reads kept, every other tensor it reads from the rest of the model an input."""
+    initializers it reads kept, every other tensor it reads from the rest of the model an input
+    (``inits``: ``model``'s initializers by name, the last of a name, where the caller has them)."""
     produced = {o for n in part for o in n.output if o}
-    inits = {t.name: t for t in model.graph.initializer}
+    if inits is None:
+        inits = {t.name: t for t in model.graph.initializer}
     read: dict[str, None] = {}  # in first-read order (a dict: a list's membership test is linear)
     for n in part:
         for i in n.input:
@@ -1119,8 +1154,9 @@ def proven_equal(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: 
         return None
     if [f.SerializeToString() for f in original.functions] != [f.SerializeToString() for f in fixed.functions]:
         return None
+    facts = facts or _Facts(original, fixed)
     o_inits = {t.name: t for t in original.graph.initializer}
-    f_inits = {t.name: t for t in fixed.graph.initializer}
+    f_inits = facts.f_inits
     o_inputs = {vi.name: vi for vi in original.graph.input}
     f_inputs = {vi.name: vi for vi in fixed.graph.input}
     if set(o_inits) & set(o_inputs) or set(f_inits) & set(f_inputs):
@@ -1133,17 +1169,19 @@ def proven_equal(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: 
         if (name in o_inputs and name not in in_changes
                 and o_inputs[name].type.SerializeToString() == vi.type.SerializeToString()):
             same.add(name)
-    producer = (facts or _Facts(original, fixed)).o_producer
+    producer = facts.o_producer
     rest = []
-    for n in fixed.graph.node:
-        first = next((o for o in n.output if o), None)
+    alike: set[int] = set()  # ids of the nodes of ``rest`` that are the original's node (:func:`_same_node`)
+    for n, ins, outs in zip(facts.f_nodes, facts.f_reads, facts.f_writes):
+        first = outs[0] if outs and outs[0] else next((o for o in outs if o), None)
         m = producer.get(first) if first is not None else None
-        if (m is not None and m.op_type == n.op_type and m.domain == n.domain and list(m.input) == list(n.input)
-                and list(m.output) == list(n.output) and all(i in same for i in n.input if i)
-                and [a.SerializeToString() for a in m.attribute] == [a.SerializeToString() for a in n.attribute]):
-            same.update(o for o in n.output if o)
-        else:
-            rest.append(n)
+        if m is not None and _same_node(m, n, ins, outs):
+            if all(i in same for i in ins if i):
+                same.update(o for o in outs if o)
+                continue
+            alike.add(id(n))
+        rest.append(n)
+    facts.alike = (rest, alike)
     return same, rest
 
 
@@ -1180,12 +1218,13 @@ def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Ma
     if proof is None:
         return None
     same, rest = proof
-    if not rest or len(rest) == len(fixed.graph.node):
+    nodes = facts.f_nodes
+    if not rest or len(rest) == len(nodes):
         return None
     keep = _with_constant_inputs(rest, same, facts.f_const, facts.f_producer)
-    if len(keep) > PART_MAX_FRACTION * len(fixed.graph.node) or len(keep) == len(fixed.graph.node):
+    if len(keep) > PART_MAX_FRACTION * len(nodes) or len(keep) == len(nodes):
         return None
-    part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
+    part = _part(fixed, [n for n in nodes if id(n) in keep], (), facts.f_inits)
     f_inputs = frozenset(vi.name for vi in fixed.graph.input)
     if any(n not in same and n not in part.produced for n in wanted):
         return None
@@ -1195,12 +1234,17 @@ def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Ma
     return FixedPart(part, frozenset(same), frontier, f_inputs)
 
 
-def _computed_from_initializers(model: onnx.ModelProto) -> set[str]:
-    """The initializers of ``model`` and the tensors computed from initializers alone."""
+def _computed_from_initializers(model: onnx.ModelProto, reads: list[list[str]] | None = None,
+                                writes: list[list[str]] | None = None) -> set[str]:
+    """The initializers of ``model`` and the tensors computed from initializers alone (``reads`` and
+    ``writes``: its nodes' input and output names, where the caller has them)."""
     const = {t.name for t in model.graph.initializer}
-    for n in model.graph.node:  # topologically sorted
-        if all(i in const for i in n.input if i):
-            const.update(o for o in n.output if o)
+    if reads is None or writes is None:
+        nodes = list(model.graph.node)
+        reads, writes = [n.input[:] for n in nodes], [n.output[:] for n in nodes]
+    for ins, outs in zip(reads, writes):  # topologically sorted
+        if all(i in const for i in ins if i):
+            const.update(o for o in outs if o)
     return const
 
 
@@ -1240,10 +1284,13 @@ class RewrittenPart:
     checked: tuple[str, ...]
 
 
-def _same_node(m: onnx.NodeProto | None, n: onnx.NodeProto) -> bool:
-    """``n`` is ``m``: op, domain, attributes, input and output names (not what the inputs hold)."""
-    return (m is not None and m.op_type == n.op_type and m.domain == n.domain and list(m.input) == list(n.input)
-            and list(m.output) == list(n.output)
+def _same_node(m: onnx.NodeProto | None, n: onnx.NodeProto, inputs: list[str] | None = None,
+               outputs: list[str] | None = None) -> bool:
+    """``n`` is ``m``: op, domain, attributes, input and output names (not what the inputs hold);
+    ``inputs``, ``outputs``: ``n``'s input and output names, where the caller has read them."""
+    return (m is not None and m.op_type == n.op_type and m.domain == n.domain
+            and m.input[:] == (n.input[:] if inputs is None else inputs)
+            and m.output[:] == (n.output[:] if outputs is None else outputs)
             and [a.SerializeToString() for a in m.attribute] == [a.SerializeToString() for a in n.attribute])
 
 
@@ -1270,23 +1317,29 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
     facts = facts or _Facts(original, fixed)
     producer = facts.o_producer
     f_made = facts.f_made
-    diff = [n for n in rest if not (_same_node(producer.get(next((o for o in n.output if o), "")), n)
+    # (the nodes :func:`proven_equal` found to be the original's node, where it recorded them)
+    known = facts.alike[1] if facts.alike is not None and facts.alike[0] is rest else None
+    diff = [n for n in rest if not ((id(n) in known if known is not None else
+                                     _same_node(producer.get(next((o for o in n.output if o), "")), n))
                                     and all(i in same or i in f_made for i in n.input if i))]
+    nodes, reads, writes = facts.f_nodes, facts.f_reads, facts.f_writes
     heavy = lambda nodes: sum(1 for n in nodes if n.op_type in HEAVY_OPS)  # noqa: E731
-    runs = list(fixed.graph.node) if replaces is None else list(replaces)
+    runs = nodes if replaces is None else list(replaces)
     if not diff or heavy(diff) > REWRITTEN_MAX_FRACTION * heavy(runs):
         return None
     const = facts.f_const
-    computing = lambda nodes: sum(1 for n in nodes if any(i not in const for i in n.input if i))  # noqa: E731
-    if computing(diff) > REWRITTEN_MAX_FRACTION * computing(runs):
+    # (the nodes whose input names ``names`` lists that compute from more than initializers)
+    computing = lambda names: sum(1 for ins in names if any(i not in const for i in ins if i))  # noqa: E731
+    if (computing([n.input[:] for n in diff])
+            > REWRITTEN_MAX_FRACTION * computing(reads if replaces is None else [n.input[:] for n in runs])):
         return None
     ids = {id(n) for n in diff}
     # a tensor of the rewritten nodes that only QuantizeLinear nodes read (a QDQ model's Conv output):
     # those join them, and the quantized values are what is compared (float values that round alike
     # are no difference to the rest of the model)
     readers: dict[str, list] = {}
-    for n in fixed.graph.node:
-        for i in n.input:
+    for n, ins in zip(nodes, reads):
+        for i in ins:
             if i:
                 readers.setdefault(i, []).append(n)
     for n in list(diff):
@@ -1300,15 +1353,15 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
                         ids.add(id(r))
     keep = _with_constant_inputs(diff + _dequantized_reads(diff, ids, producer, same, const, facts.f_producer),
                                  same, const, facts.f_producer)
-    part = _part(fixed, [n for n in fixed.graph.node if id(n) in keep], ())
+    part = _part(fixed, [n for n in nodes if id(n) in keep], (), facts.f_inits)
     o_made = facts.o_made
     o_inputs = {vi.name for vi in original.graph.input}
     # what the rewritten nodes read from the rest: proven graph inputs, or tensors of nodes that are
     # the original's (proven by the induction); either way the original computes them by that name
     if any(not ((t in same and t in o_inputs) or (t in f_made and t in o_made)) for t in part.inputs):
         return None
-    outside = {i for n in fixed.graph.node if id(n) not in ids for i in n.input if i} | set(wanted)
-    checked = tuple(o for n in fixed.graph.node if id(n) in ids for o in n.output if o and o in outside)
+    outside = {i for n, ins in zip(nodes, reads) if id(n) not in ids for i in ins if i} | set(wanted)
+    checked = tuple(o for n, outs in zip(nodes, writes) if id(n) in ids for o in outs if o and o in outside)
     if not checked or any(t not in o_made for t in checked):
         return None
     if any(t not in same and t not in f_made for t in wanted):
@@ -1782,11 +1835,6 @@ def _tensor_names(model: onnx.ModelProto) -> set[str]:
     return {o for n in model.graph.node for o in n.output if o}
 
 
-def _producers(model: onnx.ModelProto) -> dict[str, onnx.NodeProto]:
-    """The nodes of ``model`` by the tensors they compute."""
-    return {o: n for n in model.graph.node for o in n.output if o}
-
-
 class _Facts:
     """What the gate's proof reads of the original and the fixed model (tensor names, producers,
     tensors computed from initializers alone), each read off the graphs once, when first asked for,
@@ -1794,14 +1842,42 @@ class _Facts:
 
     def __init__(self, original: onnx.ModelProto, fixed: onnx.ModelProto):
         self.original, self.fixed = original, fixed
+        #: (the unproven nodes :func:`proven_equal` returned, the ids of those among them that are
+        #: the original's node of the same output), or None: :func:`rewritten_part` reads it
+        self.alike: tuple[list, set[int]] | None = None
+
+    @functools.cached_property
+    def o_nodes(self) -> list[onnx.NodeProto]:
+        """The original's nodes (each wrapper made once: the walks below read the lists)."""
+        return list(self.original.graph.node)
+
+    @functools.cached_property
+    def f_nodes(self) -> list[onnx.NodeProto]:
+        """The fixed model's nodes, likewise."""
+        return list(self.fixed.graph.node)
+
+    @functools.cached_property
+    def f_reads(self) -> list[list[str]]:
+        """Each of :attr:`f_nodes`' input names."""
+        return [n.input[:] for n in self.f_nodes]
+
+    @functools.cached_property
+    def f_writes(self) -> list[list[str]]:
+        """Each of :attr:`f_nodes`' output names."""
+        return [n.output[:] for n in self.f_nodes]
+
+    @functools.cached_property
+    def f_inits(self) -> dict[str, onnx.TensorProto]:
+        """The fixed model's initializers by name (the last of a name)."""
+        return {t.name: t for t in self.fixed.graph.initializer}
 
     @functools.cached_property
     def o_producer(self) -> dict[str, onnx.NodeProto]:
-        return _producers(self.original)
+        return {o: n for n in self.o_nodes for o in n.output[:] if o}
 
     @functools.cached_property
     def f_producer(self) -> dict[str, onnx.NodeProto]:
-        return _producers(self.fixed)
+        return {o: n for n, outs in zip(self.f_nodes, self.f_writes) for o in outs if o}
 
     @functools.cached_property
     def o_made(self) -> set[str]:
@@ -1816,7 +1892,7 @@ class _Facts:
     @functools.cached_property
     def f_const(self) -> set[str]:
         """:func:`_computed_from_initializers` of the fixed model."""
-        return _computed_from_initializers(self.fixed)
+        return _computed_from_initializers(self.fixed, self.f_reads, self.f_writes)
 
 
 def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:

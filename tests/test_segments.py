@@ -241,16 +241,16 @@ def test_an_original_onnxruntime_rejects_is_an_input_error_with_nothing_left_loa
     fixed = _wide()
     fixed.graph.node[3].name = "renamed"
     started, ended = [], []
-    real = verify_mod._session
+    real = verify_mod.runtime_session
 
-    def spy(m):
-        started.append(m.graph.name)
+    def spy(data, opts, **kw):  # (every session the gate makes, of a segment's bytes or of a model)
+        started.append(len(data))
         try:
-            return real(m)
+            return real(data, opts, **kw)
         finally:
-            ended.append(m.graph.name)
+            ended.append(len(data))
 
-    monkeypatch.setattr(verify_mod, "_session", spy)
+    monkeypatch.setattr(verify_mod, "runtime_session", spy)
     with pytest.raises(InputError):
         verify_mod.verify(bad, fixed, contract=VerifyContract("exact"))
     assert len(ended) == len(started) >= 2 * len(segments.plan(bad).segments)
@@ -352,6 +352,30 @@ def test_segments_assembled_from_bytes_equal_those_built_of_messages(small_cuts,
     assert first.graph.name == "wide_segment0" and first.opset_import == model.opset_import
     assert {t.name for t in first.graph.initializer} == {
         t for k in cut.segments[0] for t in cut.reads[k] if t in {i.name for i in model.graph.initializer}}
+
+
+def test_segments_handed_over_serialized_are_the_models_bytes(small_cuts):
+    """With ``make_serialized`` (the gate's), a segment is handed over as the bytes it is assembled
+    of: the model ``make`` would get, serialized, with a bound at least its initializers and Constant
+    nodes; the gate's maker loads them at the IR version onnxruntime accepts, as the model's session."""
+    from fixer.model_io import runtime_initializers
+
+    model = _wide()
+    assert model.ir_version > verify_mod.MAX_RUNTIME_IR_VERSION  # (the cap is exercised)
+    cut = segments.plan(model)
+    as_models = [f.result() for f in segments.SegmentedSession(model, cut, lambda m: m)._futures]
+    got = [f.result() for f in segments.SegmentedSession(model, cut, lambda m: m,
+                                                         make_serialized=lambda d, n: (d, n))._futures]
+    assert [onnx.ModelProto.FromString(d) for d, _ in got] == as_models  # (the fields in another order)
+    assert all(n >= runtime_initializers(m) for (_, n), m in zip(got, as_models))
+    assert any(runtime_initializers(m) > len(m.graph.initializer) for m in as_models)  # Constant nodes counted
+    make = verify_mod._serialized_session(model.ir_version)
+    serialized, of_model = make(*got[0]), verify_mod._session(as_models[0])
+    assert [(a.name, a.type, a.shape) for a in serialized.get_outputs()] == \
+        [(a.name, a.type, a.shape) for a in of_model.get_outputs()]
+    feed = {i.name: v for i, v in zip(of_model.get_inputs(), _feeds(3).values())}
+    for a, b in zip(serialized.run(None, feed), of_model.run(None, feed)):
+        assert np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("value_info", [True, False], ids=["made-by-threads", "made-in-order"])
