@@ -1847,13 +1847,8 @@ class _Facts:
         self.alike: tuple[list, set[int]] | None = None
 
     @functools.cached_property
-    def o_nodes(self) -> list[onnx.NodeProto]:
-        """The original's nodes (each wrapper made once: the walks below read the lists)."""
-        return list(self.original.graph.node)
-
-    @functools.cached_property
     def f_nodes(self) -> list[onnx.NodeProto]:
-        """The fixed model's nodes, likewise."""
+        """The fixed model's nodes (each wrapper made once: the gate's walks read the lists)."""
         return list(self.fixed.graph.node)
 
     @functools.cached_property
@@ -1873,7 +1868,7 @@ class _Facts:
 
     @functools.cached_property
     def o_producer(self) -> dict[str, onnx.NodeProto]:
-        return {o: n for n in self.o_nodes for o in n.output[:] if o}
+        return {o: n for n in self.original.graph.node for o in n.output[:] if o}
 
     @functools.cached_property
     def f_producer(self) -> dict[str, onnx.NodeProto]:
