@@ -49,9 +49,10 @@ class Plan:
     """How a graph is cut: ``segments`` (node indexes in topological order, per segment),
     ``inputs`` (per segment, in order: the tensors it reads that it does not make and that are not
     initializers), ``outputs`` (per segment: what it makes that a later segment reads or that is a
-    graph output), ``last_read`` (tensor -> the last segment that reads it), ``reads`` and
-    ``writes`` (per node: the names it reads and makes, empty names left out), ``initializers``
-    (per segment: the initializers its nodes read, in the order they first read them)."""
+    graph output, ``extra`` of :func:`plan` included), ``last_read`` (tensor -> the last segment that
+    reads it), ``reads`` and ``writes`` (per node: the names it reads and makes, empty names left
+    out), ``initializers`` (per segment: the positions in the graph's initializer list of the
+    initializers its nodes read, in the order they first read them; the last of a name)."""
 
     segments: list[list[int]]
     inputs: list[list[str]]
@@ -59,75 +60,78 @@ class Plan:
     last_read: dict[str, int]
     reads: list[list[str]]
     writes: list[list[str]]
-    initializers: list[list[str]]
+    initializers: list[list[int]]
 
 
-def plan(model: onnx.ModelProto) -> Plan | None:
-    """How ``model``'s graph is cut into segments, or None where it stays whole (see the module)."""
+def _with_extra(outputs: list[str], extra: Sequence[str]) -> list[str]:
+    """``outputs`` and then the names of ``extra`` not among them (each once)."""
+    have = set(outputs)
+    return outputs + [t for t in dict.fromkeys(extra) if t not in have]
+
+
+def _named(lists: list[list[str]]) -> list[list[str]]:
+    """``lists`` without empty names (a list with none is kept as it is)."""
+    return [[t for t in names if t] if "" in names else names for names in lists]
+
+
+def plan(model: onnx.ModelProto, *, extra: Sequence[str] = (),
+         names: Callable[[], tuple[list[list[str]], list[list[str]]]] | None = None) -> Plan | None:
+    """How ``model``'s graph is cut into segments, or None where it stays whole (see the module).
+
+    ``extra``: tensors fetched as outputs beyond the graph's own (as if the graph declared them; a
+    name no node makes keeps the graph whole, as a graph output no node makes does). ``names()``:
+    (reads, writes), each node's input and output names (``node.input[:]``, ``node.output[:]``, empty
+    names included), where the caller has read them already (the gate has); asked for only where the
+    graph is large enough to be cut."""
     g = model.graph
     nodes = g.node
     if len(nodes) < max(SEGMENT_FROM, 2 * SEGMENT_NODES) or len(g.sparse_initializer):
         return None
     graph_inputs = [i.name for i in g.input]
-    inits = {t.name for t in g.initializer}
+    init_names = [t.name for t in g.initializer]
+    inits = set(init_names)
     if inits.intersection(graph_inputs) or len(set(graph_inputs)) != len(graph_inputs):
         return None
     sub = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
-    producer: dict[str, int] = {}
-    reads: list[list[str]] = []
-    writes: list[list[str]] = []
-    taken = inits.union(graph_inputs)
-    for k, n in enumerate(nodes):
-        if n.op_type in _SUBGRAPH_OPS or (n.domain not in ("", "ai.onnx")
-                                          and any(a.type in sub for a in n.attribute)):
+    for n in nodes:  # (node domains are rare: a custom one is asked for subgraph attributes)
+        if n.op_type in _SUBGRAPH_OPS or (n.domain not in ("", "ai.onnx") and any(a.type in sub for a in n.attribute)):
             return None
-        outs = n.output[:]
-        if "" in outs:
-            outs = [o for o in outs if o]
-        for o in outs:
-            if o in producer or o in taken:
-                return None
-            producer[o] = k
-        writes.append(outs)
-        ins = n.input[:]
-        reads.append([t for t in ins if t] if "" in ins else ins)
-    # each node's producers, in the order it reads them; the graph inputs nodes read
-    preds: list[list[int]] = []
-    read_inputs: set[str] = set()
-    get = producer.get
-    for ins in reads:
-        ps = []
-        for t in ins:
-            p = get(t)
-            if p is not None:
-                ps.append(p)
-            elif t not in taken:
-                return None  # read but never made: onnxruntime's error, from the whole graph
-            elif t not in inits:
-                read_inputs.add(t)
-        preds.append(list(dict.fromkeys(ps)) if len(ps) > 1 else ps)
-    if len(read_inputs) != len(graph_inputs) or any(o.name not in producer for o in g.output):
+    reads, writes = names() if names is not None else ([n.input[:] for n in nodes], [n.output[:] for n in nodes])
+    reads, writes = _named(reads), _named(writes)
+    producer = {o: k for k, outs in enumerate(writes) for o in outs}
+    taken = inits.union(graph_inputs)
+    if len(producer) != sum(map(len, writes)) or not taken.isdisjoint(producer):
+        return None  # a tensor made twice, or made that is an initializer or graph input
+    read = set().union(*reads)
+    if not read.issubset(taken.union(producer)):
+        return None  # read but never made: onnxruntime's error, from the whole graph
+    graph_outputs = _with_extra([o.name for o in g.output], extra)
+    if not read.issuperset(graph_inputs) or any(o not in producer for o in graph_outputs):
         return None
+    # each node's producer per input name (None: an initializer or a graph input)
+    get = producer.get
+    made_by = [list(map(get, ins)) for ins in reads]
     # depth-first post-order from the graph outputs (then from nodes nothing reached): each node
     # right after what it reads, so a weight's DequantizeLinear lands beside its Conv and few tensors
     # cross from one segment to another
     state = [0] * len(nodes)  # 0 not seen, 1 on the path, 2 placed
     order: list[int] = []
-    roots = [producer[o.name] for o in g.output] + list(range(len(nodes)))
+    roots = [producer[o] for o in graph_outputs] + list(range(len(nodes)))
     for root in roots:
         if state[root]:
             continue
         state[root] = 1
-        stack = [(root, iter(preds[root]))]
+        stack = [(root, iter(made_by[root]))]
         while stack:
             k, it = stack[-1]
             for p in it:
-                if state[p] == 0:
-                    state[p] = 1
-                    stack.append((p, iter(preds[p])))
-                    break
+                if p is None or state[p] == 2:
+                    continue
                 if state[p] == 1:
                     return None  # a cycle
+                state[p] = 1
+                stack.append((p, iter(made_by[p])))
+                break
             else:
                 stack.pop()
                 state[k] = 2
@@ -135,32 +139,36 @@ def plan(model: onnx.ModelProto) -> Plan | None:
     count = -(-len(order) // SEGMENT_NODES)
     size = -(-len(order) // count)
     segments = [order[i:i + size] for i in range(0, len(order), size)]
-    seg_of = {}
+    seg_of = [0] * len(nodes)
     for s, idx in enumerate(segments):
         for k in idx:
-            for o in writes[k]:
-                seg_of[o] = s
+            seg_of[k] = s
+    init_at = {t: k for k, t in enumerate(init_names)}
     last_read: dict[str, int] = {}
     inputs: list[list[str]] = []
-    initializers: list[list[str]] = []
+    initializers: list[list[int]] = []
     for s, idx in enumerate(segments):
         ins: dict[str, None] = {}
-        read_inits: dict[str, None] = {}
+        read_inits: dict[int, None] = {}
         for k in idx:
-            for t in reads[k]:
-                if t in inits:
-                    read_inits[t] = None
-                elif seg_of.get(t, -1) != s:
-                    ins[t] = None
-                    last_read[t] = s
+            for t, p in zip(reads[k], made_by[k]):
+                if p is None:
+                    at = init_at.get(t)
+                    if at is not None:
+                        read_inits[at] = None
+                        continue
+                elif seg_of[p] == s:
+                    continue
+                ins[t] = None
+                last_read[t] = s
         inputs.append(list(ins))
         initializers.append(list(read_inits))
-    graph_outputs = {o.name for o in g.output}
+    wanted = set(graph_outputs)
     outputs = [[] for _ in segments]
     for s, idx in enumerate(segments):
         for k in idx:
             for o in writes[k]:
-                if o in graph_outputs or last_read.get(o, -1) > s:
+                if o in wanted or last_read.get(o, -1) > s:
                     outputs[s].append(o)
     return Plan(segments, inputs, outputs, last_read, reads, writes, initializers)
 
@@ -271,14 +279,13 @@ class _Parts:
     """What segments of ``model`` are made of: its header (IR version, opsets, functions) serialized;
     its graph's nodes, initializers and value_info by position, each serialized on its own where
     :func:`_wire_classes` can read them so (else, and for a graph protobuf cannot serialize whole,
-    over 2 GiB, the messages themselves); and where each initializer and value_info is, by name (the
-    last of a name, as a dict of them would hold)."""
+    over 2 GiB, the messages themselves); and where each value_info is, by name (the last of a name,
+    as a dict of them would hold; the plan has the initializers' positions)."""
 
     def __init__(self, model: onnx.ModelProto):
         g = model.graph
         self.header = onnx.ModelProto(ir_version=model.ir_version, opset_import=model.opset_import,
                                       functions=model.functions).SerializeToString()
-        self.init_at = {t.name: k for k, t in enumerate(g.initializer)}
         self.vi_at = {v.name: k for k, v in enumerate(g.value_info)}
         #: the wire classes the parts are bytes of, or None (the parts are the messages)
         self.wire = _wire_classes()
@@ -381,10 +388,15 @@ class SegmentedSession:
     one differs (a stale or hand-written value_info), or where a tensor has no typed declaration,
     the segments are made again in order, each input declared as onnxruntime inferred it, as the
     whole graph's node would see it. The error of the first segment onnxruntime rejects, in graph
-    order, is raised, once none is left loading."""
+    order, is raised, once none is left loading.
+
+    ``extra``: the tensors fetched as outputs beyond the graph's, as ``plan`` was given them (the
+    session then answers as one of the model with those outputs added would, without the model
+    being copied to add them)."""
 
     def __init__(self, model: onnx.ModelProto, cut: Plan, make: Callable[[onnx.ModelProto], object], *,
-                 keep: bool = True, make_serialized: Callable[[bytes, int], object] | None = None):
+                 keep: bool = True, make_serialized: Callable[[bytes, int], object] | None = None,
+                 extra: Sequence[str] = ()):
         g = model.graph
         self._plan, self._make, self._model = cut, make, model
         #: ``make_serialized(data, n)``: the session of the serialized segment ``data`` (``n``: at least
@@ -399,7 +411,8 @@ class SegmentedSession:
         self._declared_in = {i.name: i for i in g.input}
         self._declared_out = {o.name: o for o in g.output}
         self._graph_inputs = [i.name for i in g.input]
-        self._graph_outputs = [o.name for o in g.output]
+        self._graph_outputs = _with_extra([o.name for o in g.output], extra)
+        self._output_names = set(self._graph_outputs)  # (their value_info is not the segment's)
         self._parts = _Parts(model)
         self._sessions: list | None = None
         self._futures: list = []
@@ -448,9 +461,10 @@ class SegmentedSession:
         ins = [declared_in[t] if t in declared_in else declare(t) for t in cut.inputs[s]]
         outs = [declared_out[t] if t in declared_out else onnx.ValueInfoProto(name=t) for t in cut.outputs[s]]
         nodes = [parts.nodes[k] for k in idx]
-        inits = [parts.initializers[parts.init_at[t]] for t in cut.initializers[s]]
+        inits = [parts.initializers[k] for k in cut.initializers[s]]
         vi_at, vis = parts.vi_at, parts.value_info
-        made = [vis[vi_at[t]] for k in idx for t in cut.writes[k] if t in vi_at and t not in declared_out]
+        outputs = self._output_names
+        made = [vis[vi_at[t]] for k in idx for t in cut.writes[k] if t in vi_at and t not in outputs]
         if parts.wire is None:
             m = onnx.ModelProto.FromString(parts.header)
             sg = m.graph

@@ -133,23 +133,28 @@ class _Pooled:
         return self.future.result()
 
 
-def begin_session(model: onnx.ModelProto, *, keep: bool = True):
-    """:func:`session` of ``model``, begun: ``.ready()`` returns the session or raises onnxruntime's
-    error. A large graph's segments are written now and handed to the segment threads, which make
-    their sessions while the caller goes on (:class:`fixer.segments.SegmentedSession`); any other
-    graph's session is handed to the threads the caller shares (:func:`fixer.segments.shared_workers`,
-    the gate's), or else made by ``.ready()``. With ``keep`` False, a large graph's segment sessions
-    are dropped once made (:class:`fixer.segments.Loaded`: they answer what they loaded as; running
-    the graph makes them again), for a model that is mostly only checked to load."""
+def begin_session(model: onnx.ModelProto, *, keep: bool = True, extra: Sequence[str] = (),
+                  names: Callable[[], tuple[list[list[str]], list[list[str]]]] | None = None):
+    """:func:`session` of ``model`` with ``extra`` as outputs too (:func:`_with_outputs`), begun:
+    ``.ready()`` returns the session or raises onnxruntime's error. A large graph's segments are
+    written now and handed to the segment threads, which make their sessions while the caller goes
+    on (:class:`fixer.segments.SegmentedSession`; the model is not copied to add ``extra``); any
+    other graph's session is handed to the threads the caller shares
+    (:func:`fixer.segments.shared_workers`, the gate's), or else made by ``.ready()``. With ``keep``
+    False, a large graph's segment sessions are dropped once made (:class:`fixer.segments.Loaded`:
+    they answer what they loaded as; running the graph makes them again), for a model that is mostly
+    only checked to load. ``names()``: each node's input and output names (``node.input[:]``,
+    ``node.output[:]``), where the caller has them (:func:`fixer.segments.plan`)."""
     from . import segments
 
-    cut = segments.plan(model)
+    cut = segments.plan(model, extra=extra, names=names)
     if cut is not None:
         try:
-            return segments.SegmentedSession(model, cut, _session, keep=keep,
+            return segments.SegmentedSession(model, cut, _session, keep=keep, extra=extra,
                                              make_serialized=_serialized_session(model.ir_version))
         except segments.Unsegmentable:
             pass
+    model = _with_outputs(model, extra)
     pool = segments.current_workers()
     if pool is not None:
         return _Pooled(pool.submit(_session, model))
@@ -191,12 +196,12 @@ def _serialized_session(ir_version: int) -> Callable[[bytes, int], object]:
     return make
 
 
-def _begin_fixed(fixed: onnx.ModelProto, extra: Sequence[str], keep: bool = True):
+def _begin_fixed(fixed: onnx.ModelProto, extra: Sequence[str], keep: bool = True, names=None):
     """The fixed model's session with ``extra`` as outputs, begun (:func:`begin_session`, ``keep``
-    as there; in the gate, handed to its shared threads after the original's); a graph whose
+    and ``names`` as there; in the gate, handed to its shared threads after the original's); a graph whose
     segments are made in order and one of them rejected gives what raises that error when waited for."""
     try:
-        return begin_session(_with_outputs(fixed, extra), keep=keep)
+        return begin_session(fixed, keep=keep, extra=extra, names=names)
     except Exception as exc:  # noqa: BLE001 - a segment made in order was rejected: the gate's verdict
         return _Failed(exc)
 
@@ -693,7 +698,8 @@ def verify(
     # graph's segments are each such a session)
     early = None
     try:
-        o_begun = begin_session(_with_outputs(original, extra + capture + sorted(set(front) | set(rcap))))
+        o_begun = begin_session(original, extra=extra + capture + sorted(set(front) | set(rcap)),
+                                names=facts.original_names)
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
         raise original_failed(exc) from None
     # where the rewritten nodes apart or the part below what is proven equal may run in its place,
@@ -702,7 +708,7 @@ def verify(
     # models' sessions (the 31k-node QDQ chain's fix peaked at 876 MiB instead of 1,138)
     keep_fixed = rpart is None and fpart is None
     if rpart is not None or not (fpart is None and any(b.inputs for b in boundaries)):
-        early = _begin_fixed(fixed, extra, keep_fixed)
+        early = _begin_fixed(fixed, extra, keep_fixed, facts.fixed_names)
     try:
         s_orig = o_begun.ready()
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
@@ -726,7 +732,8 @@ def verify(
 
     def load_fixed():
         nonlocal early
-        sess, first = _fixed_session(early if early is not None else _begin_fixed(fixed, extra, keep_fixed))
+        sess, first = _fixed_session(early if early is not None
+                                     else _begin_fixed(fixed, extra, keep_fixed, facts.fixed_names))
         early = None
         if sess is not None:
             return sess, None
@@ -1867,8 +1874,31 @@ class _Facts:
         return {t.name: t for t in self.fixed.graph.initializer}
 
     @functools.cached_property
+    def o_nodes(self) -> list[onnx.NodeProto]:
+        """The original's nodes (as :attr:`f_nodes`)."""
+        return list(self.original.graph.node)
+
+    @functools.cached_property
+    def o_reads(self) -> list[list[str]]:
+        """Each of :attr:`o_nodes`' input names."""
+        return [n.input[:] for n in self.o_nodes]
+
+    @functools.cached_property
+    def o_writes(self) -> list[list[str]]:
+        """Each of :attr:`o_nodes`' output names."""
+        return [n.output[:] for n in self.o_nodes]
+
+    def original_names(self) -> tuple[list[list[str]], list[list[str]]]:
+        """(:attr:`o_reads`, :attr:`o_writes`): :func:`begin_session`'s ``names``."""
+        return self.o_reads, self.o_writes
+
+    def fixed_names(self) -> tuple[list[list[str]], list[list[str]]]:
+        """(:attr:`f_reads`, :attr:`f_writes`): :func:`begin_session`'s ``names``."""
+        return self.f_reads, self.f_writes
+
+    @functools.cached_property
     def o_producer(self) -> dict[str, onnx.NodeProto]:
-        return {o: n for n in self.original.graph.node for o in n.output[:] if o}
+        return {o: n for n, outs in zip(self.o_nodes, self.o_writes) for o in outs if o}
 
     @functools.cached_property
     def f_producer(self) -> dict[str, onnx.NodeProto]:
@@ -1891,13 +1921,15 @@ class _Facts:
 
 
 def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    """``model`` with ``names`` among its graph outputs too (each once; a copy, where there are any)."""
     if not names:
         return model
     m = onnx.ModelProto()
     m.CopyFrom(model)
     have = {o.name for o in m.graph.output}
     for n in names:
-        if n not in have:
+        if n not in have:  # (each once)
+            have.add(n)
             m.graph.output.append(onnx.helper.ValueInfoProto(name=n))
     return m
 

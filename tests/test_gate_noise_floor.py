@@ -90,7 +90,7 @@ def test_the_gate_uses_one_session_per_model_variant(monkeypatch):
     assert len(res.changes) == 2
     made = []
     real = verify_mod.begin_session  # every session of the gate begins there
-    monkeypatch.setattr(verify_mod, "begin_session", lambda m: made.append(m) or real(m))
+    monkeypatch.setattr(verify_mod, "begin_session", lambda m, **k: made.append(m) or real(m, **k))
     v = verify(model, res.model, contract=RULES["NAF001"].verify, rules=["NAF001"],
                boundaries=boundary_checks(res, change_contracts(res, RULES)), samples=3)
     assert v.ok and len(v.boundaries) == 2
@@ -118,7 +118,7 @@ def test_the_noise_floor_runs_only_the_layers_below_the_rewritten_nodes_and_meas
     wrong = _off_by_half_a_step(res.model, model)
     made = []
     real = verify_mod.begin_session  # every session of the gate begins there
-    monkeypatch.setattr(verify_mod, "begin_session", lambda m: made.append(m) or real(m))
+    monkeypatch.setattr(verify_mod, "begin_session", lambda m, **k: made.append(m) or real(m, **k))
     part = verify(model, wrong, contract=RULES["NAF003"].verify, rules=["NAF003"], boundaries=checks, inputs=feeds)
     noisy = [m for m in made if any(i.name.endswith("__nafix_noise") for i in m.graph.input)]
     assert len(noisy) == 1 and len(noisy[0].graph.node) < len(model.graph.node)  # the layers above are not run

@@ -378,6 +378,38 @@ def test_segments_handed_over_serialized_are_the_models_bytes(small_cuts):
         assert np.array_equal(a, b)
 
 
+def test_extra_outputs_without_a_copy_are_the_copys_segments(small_cuts):
+    """``extra`` outputs (the gate's boundary and captured tensors), given to the plan and the session
+    instead of added to a copy of the model: the same cut, the same segment bytes, the same answers;
+    names given by the caller are those the plan reads; an extra name no node makes keeps the graph
+    whole, as such a graph output does."""
+    model = _wide()
+    extra = ["conv7", "h0", "k3", "conv7", model.graph.output[1].name, "sub30"]
+    copy = verify_mod._with_outputs(model, extra)
+    nodes = list(model.graph.node)
+    given = segments.plan(model, extra=extra,
+                          names=lambda: ([n.input[:] for n in nodes], [n.output[:] for n in nodes]))
+    assert segments.plan(model, extra=extra) == segments.plan(copy) == given
+    assert segments.plan(model) != given  # (the extra outputs are cut out of their segments)
+
+    def segment_bytes(m, cut, **k):
+        s = segments.SegmentedSession(m, cut, lambda x: x, make_serialized=lambda d, n: (d, n), **k)
+        return [f.result() for f in s._futures]
+
+    assert segment_bytes(model, given, extra=extra) == segment_bytes(copy, segments.plan(copy))
+    feed = _feeds(4)
+    a = verify_mod.begin_session(model, extra=extra).ready()
+    b = verify_mod._session(copy)
+    assert isinstance(a, segments.SegmentedSession)
+    assert [o.name for o in a.get_outputs()] == [o.name for o in b.get_outputs()]
+    for x, y in zip(a.run(None, feed), b.run(None, feed)):
+        assert np.array_equal(x, y)
+    assert segments.plan(model, extra=["x"]) is None  # a graph input fetched as an output: made whole
+    whole = verify_mod.begin_session(model, extra=["x", "conv7"]).ready()
+    assert not isinstance(whole, segments.SegmentedSession)
+    assert [o.name for o in whole.get_outputs()][-2:] == ["x", "conv7"]
+
+
 @pytest.mark.parametrize("value_info", [True, False], ids=["made-by-threads", "made-in-order"])
 def test_segments_only_checked_to_load_hold_no_session_and_run_as_kept_ones(small_cuts, value_info):
     """``keep=False`` (the gate's fixed model where something else may run in its place): each
