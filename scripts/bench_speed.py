@@ -323,11 +323,47 @@ def bench_chains(repeat: int, sizes=(9, 36, 143, 571, 5710)) -> None:
         (n0, t0, p0), (n1, t1, p1) = rows[-2], rows[-1]
         print(f"fix of QDQ chains: {n0} -> {n1} nodes ({n1 / n0:.1f}x) costs {t1 / t0:.1f}x the time "
               f"(target <= 12x for ~10x nodes)")
+        print(f"  control: one pure-Python pass over each chain's tensor names (a dict of producers, a lookup per "
+              f"input, a set of every name) costs {_name_table_control(p0, p1, repeat):.1f}x on the large chain "
+              f"on this machine now: what per-node Python work pays for {n1 / n0:.1f}x nodes at these sizes")
         fix_code = "from fixer.api import FixOptions, fix\nfix(sys.argv[1], FixOptions(dry_run=True))"
         peak = {n: _child(fix_code, str(p))["rss_mib"] for n, p in ((n0, p0), (n1, p1))}
         print(f"  peak RSS of one fix --dry-run in a fresh process: {peak[n0]:.0f} MiB ({n0} nodes), "
               f"{peak[n1]:.0f} MiB ({n1} nodes)")
         _chain_stages((n0, p0), (n1, p1), repeat)
+
+
+def _name_table_control(small: Path, large: Path, repeat: int) -> float:
+    """The time ratio, large chain over small, of one pure-Python pass over each chain's tensor names
+    (a dict of each tensor's producer, a lookup of every node input, a set of every name: what each
+    per-node stage of a fix does, without nafix's code), the collector paused as a fix pauses it;
+    medians of at least 9 interleaved passes. Linear work would cost the node ratio; what it costs beyond that
+    is the machine (the tables outgrow the CPU caches), and bounds what a fix's Python stages can do."""
+
+    def names(path: Path) -> tuple[list[list[str]], list[list[str]]]:
+        nodes = onnx.load(str(path)).graph.node
+        return [n.input[:] for n in nodes], [n.output[:] for n in nodes]
+
+    def one_pass(reads: list[list[str]], writes: list[list[str]]) -> float:
+        gc.collect()
+        gc.disable()
+        try:
+            t0 = time.perf_counter()
+            producer = {o: k for k, outs in enumerate(writes) for o in outs}
+            get = producer.get
+            [[get(t) for t in ins] for ins in reads]
+            every = set(producer)
+            every.update(t for ins in reads for t in ins)
+            return time.perf_counter() - t0
+        finally:
+            gc.enable()
+
+    a, b = names(small), names(large)
+    ta, tb = [], []
+    for _ in range(max(9, repeat)):  # (interleaved: load from elsewhere hits both alike)
+        ta.append(one_pass(*a))
+        tb.append(one_pass(*b))
+    return med(tb) / med(ta)
 
 
 def _chain_stages(small: tuple[int, Path], large: tuple[int, Path], repeat: int) -> None:
