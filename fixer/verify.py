@@ -699,7 +699,7 @@ def verify(
     early = None
     try:
         o_begun = begin_session(original, extra=extra + capture + sorted(set(front) | set(rcap)),
-                                names=facts.original_names)
+                                names=facts.o.names)
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
         raise original_failed(exc) from None
     # where the rewritten nodes apart or the part below what is proven equal may run in its place,
@@ -708,7 +708,7 @@ def verify(
     # models' sessions (the 31k-node QDQ chain's fix peaked at 876 MiB instead of 1,138)
     keep_fixed = rpart is None and fpart is None
     if rpart is not None or not (fpart is None and any(b.inputs for b in boundaries)):
-        early = _begin_fixed(fixed, extra, keep_fixed, facts.fixed_names)
+        early = _begin_fixed(fixed, extra, keep_fixed, facts.f.names)
     try:
         s_orig = o_begun.ready()
     except Exception as exc:  # noqa: BLE001 - onnxruntime rejects the original: an input problem, said once
@@ -733,7 +733,7 @@ def verify(
     def load_fixed():
         nonlocal early
         sess, first = _fixed_session(early if early is not None
-                                     else _begin_fixed(fixed, extra, keep_fixed, facts.fixed_names))
+                                     else _begin_fixed(fixed, extra, keep_fixed, facts.f.names))
         early = None
         if sess is not None:
             return sess, None
@@ -1176,10 +1176,10 @@ def proven_equal(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: 
         if (name in o_inputs and name not in in_changes
                 and o_inputs[name].type.SerializeToString() == vi.type.SerializeToString()):
             same.add(name)
-    producer = facts.o_producer
+    producer = facts.o.producer
     rest = []
     alike: set[int] = set()  # ids of the nodes of ``rest`` that are the original's node (:func:`_same_node`)
-    for n, ins, outs in zip(facts.f_nodes, facts.f_reads, facts.f_writes):
+    for n, ins, outs in zip(facts.f.nodes, facts.f.reads, facts.f.writes):
         first = outs[0] if outs and outs[0] else next((o for o in outs if o), None)
         m = producer.get(first) if first is not None else None
         if m is not None and _same_node(m, n, ins, outs):
@@ -1225,10 +1225,10 @@ def fixed_part(original: onnx.ModelProto, fixed: onnx.ModelProto, in_changes: Ma
     if proof is None:
         return None
     same, rest = proof
-    nodes = facts.f_nodes
+    nodes = facts.f.nodes
     if not rest or len(rest) == len(nodes):
         return None
-    keep = _with_constant_inputs(rest, same, facts.f_const, facts.f_producer)
+    keep = _with_constant_inputs(rest, same, facts.f_const, facts.f.producer)
     if len(keep) > PART_MAX_FRACTION * len(nodes) or len(keep) == len(nodes):
         return None
     part = _part(fixed, [n for n in nodes if id(n) in keep], (), facts.f_inits)
@@ -1322,14 +1322,14 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
         return None
     same, rest = proof
     facts = facts or _Facts(original, fixed)
-    producer = facts.o_producer
+    producer = facts.o.producer
     f_made = facts.f_made
     # (the nodes :func:`proven_equal` found to be the original's node, where it recorded them)
     known = facts.alike[1] if facts.alike is not None and facts.alike[0] is rest else None
     diff = [n for n in rest if not ((id(n) in known if known is not None else
                                      _same_node(producer.get(next((o for o in n.output if o), "")), n))
                                     and all(i in same or i in f_made for i in n.input if i))]
-    nodes, reads, writes = facts.f_nodes, facts.f_reads, facts.f_writes
+    nodes, reads, writes = facts.f.nodes, facts.f.reads, facts.f.writes
     heavy = lambda nodes: sum(1 for n in nodes if n.op_type in HEAVY_OPS)  # noqa: E731
     runs = nodes if replaces is None else list(replaces)
     if not diff or heavy(diff) > REWRITTEN_MAX_FRACTION * heavy(runs):
@@ -1358,8 +1358,8 @@ def rewritten_part(original: onnx.ModelProto, fixed: onnx.ModelProto, proof, wan
                     if id(r) not in ids:
                         diff.append(r)
                         ids.add(id(r))
-    keep = _with_constant_inputs(diff + _dequantized_reads(diff, ids, producer, same, const, facts.f_producer),
-                                 same, const, facts.f_producer)
+    keep = _with_constant_inputs(diff + _dequantized_reads(diff, ids, producer, same, const, facts.f.producer),
+                                 same, const, facts.f.producer)
     part = _part(fixed, [n for n in nodes if id(n) in keep], (), facts.f_inits)
     o_made = facts.o_made
     o_inputs = {vi.name for vi in original.graph.input}
@@ -1842,6 +1842,35 @@ def _tensor_names(model: onnx.ModelProto) -> set[str]:
     return {o for n in model.graph.node for o in n.output if o}
 
 
+class _NodeNames:
+    """A graph's nodes, each one's input and output names (``node.input[:]``, ``node.output[:]``)
+    and each tensor's producer, each read off the graph once, when first asked for."""
+
+    def __init__(self, graph: onnx.GraphProto):
+        self.graph = graph
+
+    @functools.cached_property
+    def nodes(self) -> list[onnx.NodeProto]:
+        """The nodes (each wrapper made once: the gate's walks read the lists)."""
+        return list(self.graph.node)
+
+    @functools.cached_property
+    def reads(self) -> list[list[str]]:
+        return [n.input[:] for n in self.nodes]
+
+    @functools.cached_property
+    def writes(self) -> list[list[str]]:
+        return [n.output[:] for n in self.nodes]
+
+    def names(self) -> tuple[list[list[str]], list[list[str]]]:
+        """(:attr:`reads`, :attr:`writes`): :func:`begin_session`'s ``names``."""
+        return self.reads, self.writes
+
+    @functools.cached_property
+    def producer(self) -> dict[str, onnx.NodeProto]:
+        return {o: n for n, outs in zip(self.nodes, self.writes) for o in outs if o}
+
+
 class _Facts:
     """What the gate's proof reads of the original and the fixed model (tensor names, producers,
     tensors computed from initializers alone), each read off the graphs once, when first asked for,
@@ -1849,24 +1878,11 @@ class _Facts:
 
     def __init__(self, original: onnx.ModelProto, fixed: onnx.ModelProto):
         self.original, self.fixed = original, fixed
+        #: each model's nodes, their names and producers (:class:`_NodeNames`)
+        self.o, self.f = _NodeNames(original.graph), _NodeNames(fixed.graph)
         #: (the unproven nodes :func:`proven_equal` returned, the ids of those among them that are
         #: the original's node of the same output), or None: :func:`rewritten_part` reads it
         self.alike: tuple[list, set[int]] | None = None
-
-    @functools.cached_property
-    def f_nodes(self) -> list[onnx.NodeProto]:
-        """The fixed model's nodes (each wrapper made once: the gate's walks read the lists)."""
-        return list(self.fixed.graph.node)
-
-    @functools.cached_property
-    def f_reads(self) -> list[list[str]]:
-        """Each of :attr:`f_nodes`' input names."""
-        return [n.input[:] for n in self.f_nodes]
-
-    @functools.cached_property
-    def f_writes(self) -> list[list[str]]:
-        """Each of :attr:`f_nodes`' output names."""
-        return [n.output[:] for n in self.f_nodes]
 
     @functools.cached_property
     def f_inits(self) -> dict[str, onnx.TensorProto]:
@@ -1874,50 +1890,19 @@ class _Facts:
         return {t.name: t for t in self.fixed.graph.initializer}
 
     @functools.cached_property
-    def o_nodes(self) -> list[onnx.NodeProto]:
-        """The original's nodes (as :attr:`f_nodes`)."""
-        return list(self.original.graph.node)
-
-    @functools.cached_property
-    def o_reads(self) -> list[list[str]]:
-        """Each of :attr:`o_nodes`' input names."""
-        return [n.input[:] for n in self.o_nodes]
-
-    @functools.cached_property
-    def o_writes(self) -> list[list[str]]:
-        """Each of :attr:`o_nodes`' output names."""
-        return [n.output[:] for n in self.o_nodes]
-
-    def original_names(self) -> tuple[list[list[str]], list[list[str]]]:
-        """(:attr:`o_reads`, :attr:`o_writes`): :func:`begin_session`'s ``names``."""
-        return self.o_reads, self.o_writes
-
-    def fixed_names(self) -> tuple[list[list[str]], list[list[str]]]:
-        """(:attr:`f_reads`, :attr:`f_writes`): :func:`begin_session`'s ``names``."""
-        return self.f_reads, self.f_writes
-
-    @functools.cached_property
-    def o_producer(self) -> dict[str, onnx.NodeProto]:
-        return {o: n for n, outs in zip(self.o_nodes, self.o_writes) for o in outs if o}
-
-    @functools.cached_property
-    def f_producer(self) -> dict[str, onnx.NodeProto]:
-        return {o: n for n, outs in zip(self.f_nodes, self.f_writes) for o in outs if o}
-
-    @functools.cached_property
     def o_made(self) -> set[str]:
         """:func:`_tensor_names` of the original."""
-        return set(self.o_producer)
+        return set(self.o.producer)
 
     @functools.cached_property
     def f_made(self) -> set[str]:
         """:func:`_tensor_names` of the fixed model."""
-        return set(self.f_producer)
+        return set(self.f.producer)
 
     @functools.cached_property
     def f_const(self) -> set[str]:
         """:func:`_computed_from_initializers` of the fixed model."""
-        return _computed_from_initializers(self.fixed, self.f_reads, self.f_writes)
+        return _computed_from_initializers(self.fixed, self.f.reads, self.f.writes)
 
 
 def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:

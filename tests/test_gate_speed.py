@@ -83,8 +83,8 @@ def test_facts_give_what_each_check_reads_of_the_graphs_itself():
     facts = verify_mod._Facts(orig, fixed)
     assert facts.o_made == verify_mod._tensor_names(orig) and facts.f_made == verify_mod._tensor_names(fixed)
     assert facts.f_const == verify_mod._computed_from_initializers(fixed)
-    assert facts.o_producer == {o: n for n in orig.graph.node for o in n.output if o}
-    assert facts.f_producer["a2"].name == "act2"
+    assert facts.o.producer == {o: n for n in orig.graph.node for o in n.output if o}
+    assert facts.f.producer["a2"].name == "act2"
     for models in ((orig, fixed), (orig, orig), (fixed, orig)):
         facts = verify_mod._Facts(*models)
         alone = verify_mod.proven_equal(*models, {})
