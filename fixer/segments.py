@@ -63,7 +63,7 @@ class Plan:
     initializers: list[list[int]]
 
 
-def _with_extra(outputs: list[str], extra: Sequence[str]) -> list[str]:
+def with_extra(outputs: list[str], extra: Sequence[str]) -> list[str]:
     """``outputs`` and then the names of ``extra`` not among them (each once)."""
     have = set(outputs)
     return outputs + [t for t in dict.fromkeys(extra) if t not in have]
@@ -105,7 +105,7 @@ def plan(model: onnx.ModelProto, *, extra: Sequence[str] = (),
     read = set().union(*reads)
     if not read.issubset(taken.union(producer)):
         return None  # read but never made: onnxruntime's error, from the whole graph
-    graph_outputs = _with_extra([o.name for o in g.output], extra)
+    graph_outputs = with_extra([o.name for o in g.output], extra)
     if not read.issuperset(graph_inputs) or any(o not in producer for o in graph_outputs):
         return None
     # each node's producer per input name (None: an initializer or a graph input)
@@ -411,7 +411,7 @@ class SegmentedSession:
         self._declared_in = {i.name: i for i in g.input}
         self._declared_out = {o.name: o for o in g.output}
         self._graph_inputs = [i.name for i in g.input]
-        self._graph_outputs = _with_extra([o.name for o in g.output], extra)
+        self._graph_outputs = with_extra([o.name for o in g.output], extra)
         self._output_names = set(self._graph_outputs)  # (their value_info is not the segment's)
         self._parts = _Parts(model)
         self._sessions: list | None = None

@@ -1909,13 +1909,13 @@ def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelPro
     """``model`` with ``names`` among its graph outputs too (each once; a copy, where there are any)."""
     if not names:
         return model
+    from .segments import with_extra
+
     m = onnx.ModelProto()
     m.CopyFrom(model)
-    have = {o.name for o in m.graph.output}
-    for n in names:
-        if n not in have:  # (each once)
-            have.add(n)
-            m.graph.output.append(onnx.helper.ValueInfoProto(name=n))
+    declared = [o.name for o in m.graph.output]
+    for n in with_extra(declared, names)[len(declared):]:  # (what a segmented session fetches too)
+        m.graph.output.append(onnx.helper.ValueInfoProto(name=n))
     return m
 
 
