@@ -207,7 +207,7 @@ AUDIT_STAGES = (
     ("fixer.model_io", "_check_references", "reference check"),
     ("onnx.checker", "check_model", "onnx checker"),
     ("fixer.model_io", "_infer_shapes", "onnx shape inference"),
-    ("fixer.model_io", "_fill_shapes_by_running", "onnxruntime shape probe"),
+    ("fixer.model_io", "_fill_shapes_by_running", "unknown shapes (shape_fill, else onnxruntime)"),
     ("fixer.api", "load_model", "= load total"),
     ("fixer.analysis", "GraphView", "graph import"),
     ("fixer.analysis", "quant_domain", "quantization domain"),
