@@ -551,14 +551,21 @@ def reduce_as_global_pool(node, ctx):
 _FOLD_TARGETS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "QLinearConv"})
 
 
+def _dequantized_const(t, ctx) -> bool:
+    """``t`` is a quantized constant read through a DequantizeLinear."""
+    p = ctx.view.producer(t)
+    return p is not None and p.op == "DequantizeLinear" and bool(p.inputs) and ctx.view.is_const_like(p.inputs[0])
+
+
 @constraint("batchnorm_folded", tag="OBS")
 def batchnorm_folded(node, ctx):
     """BatchNormalization runs on the NPU when folded into the Conv/Gemm before it, or as a per-channel
     Mul + Add between int8 tensors (PP-OCRv4 det, 2.2: the BatchNormalization after ConvTranspose + Add,
     between Q/DQ with a quantized scale, is c_info 'Mul_inserted_id2525' + 'Add_inserted_id2527', HW); a
-    standalone BatchNormalization on float data runs in SW."""
+    standalone BatchNormalization with a float scale or on float data runs in SW (SFace, 2.1: 28 of them,
+    each between SW Q/DQ)."""
     if (not ctx.oe_export and len(node.inputs) > 1 and ctx.domain.sourced(node.inputs[0])
-            and all(ctx.domain.sunk(o) for o in node.outputs if o.name)):
+            and all(ctx.domain.sunk(o) for o in node.outputs if o.name) and _dequantized_const(node.inputs[1], ctx)):
         return OK
     src = ctx.view.source(node.inputs[0])
     while src is not None and src.op in QDQ_OPS:

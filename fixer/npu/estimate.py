@@ -311,8 +311,17 @@ def lowering_note(profile: TargetProfile, lowering: str) -> str:
     """One sentence for near-misses: what the compiler does with the pattern on this core."""
     low = profile.lowerings[lowering]
     unit = lowering_unit(profile, lowering)
-    return (f"stedgeai core {profile.core_version or '?'} lowers it with {' + '.join(low.inserts)}, "
-            f"{'a hybrid' if unit == HYBRID else 'a pure SW'} epoch [{low.tag}]")
+    kind = "hybrid" if unit == HYBRID else "pure SW"
+    epochs = f"{kind} epochs" if len(low.inserts) > 1 else f"a {kind} epoch"
+    return f"stedgeai core {profile.core_version or '?'} lowers it with {' + '.join(low.inserts)}, {epochs} [{low.tag}]"
+
+
+def lowering_hybrid_cores(profile: TargetProfile, lowering: str) -> list[str]:
+    """The core versions of the profile on which every op the lowering inserts runs as a hybrid epoch."""
+    low = profile.lowerings.get(lowering)
+    if low is None:
+        return []
+    return [c.version for c in profile.cores if all(op in c.hybrid_ops for op in low.inserts)]
 
 
 #: conversions the reports never mark "(float)"

@@ -496,18 +496,22 @@ def _lone_dequantize(t: ir.Tensor, view: GraphView) -> bool:
         return False
     x = p.inputs[0]
     src = x.inputs[0] if x.inputs else None
-    return src is not None and src.op != "QuantizeLinear" and src.op not in MOVEMENT_OPS and not view.is_const_like(x)
+    return src is not None and _qoperator(src.op) and not view.is_const_like(x)
 
 
 def _lone_quantize(t: ir.Tensor) -> bool:
-    """A QuantizeLinear of ``t`` is read by an op other than a DequantizeLinear (a QLinearConv)."""
+    """A QuantizeLinear of ``t`` is read by a QOperator op (a QLinearConv) rather than a DequantizeLinear."""
     for c in t.outputs:
         if c.op == "QuantizeLinear":
             for o in c.outputs:
-                if any(d.op not in ("DequantizeLinear", "QuantizeLinear") and d.op not in MOVEMENT_OPS
-                       for d in o.outputs):
+                if any(_qoperator(d.op) for d in o.outputs):
                     return True
     return False
+
+
+def _qoperator(op: str) -> bool:
+    """An op of ONNX's QOperator format: it reads and writes int8 tensors with its own scales."""
+    return op.startswith("QLinear") or op in ("ConvInteger", "MatMulInteger")
 
 
 EDGE_QUANTIZE = ("The graph input should already be int8: a QuantizeLinear on a float graph input runs in SW "
