@@ -25,8 +25,8 @@ The rule (kept in step with the README's "How epochs are estimated"):
    ``reported_as`` is named that way (an activation x activation MatMul is reported as ``Conv``, one
    epoch per batch slice).
 6. Lowerings (profile ``lowerings``): the compiler inserts ops of its own, each a SW epoch: nearest
-   upsampling becomes one DepthToSpace epoch (instead of a HW epoch), a ConvTranspose is followed by a
-   DepthToSpace, a dilated Conv is wrapped in SpaceToDepth -> Conv -> DepthToSpace, a Conv whose stride
+   upsampling becomes one DepthToSpace epoch (instead of a HW epoch), a ConvTranspose makes two HW epochs
+   (an Identity copy, a crop/pad Conv) and a zero-inserting Concat + DepthToSpace, a dilated Conv is wrapped in SpaceToDepth -> Conv -> DepthToSpace, a Conv whose stride
    exceeds its kernel or the native stride is preceded by a SpaceToDepth, a channel Pad becomes
    Transpose -> (Identity copy, Pad as a HW Conv) -> Transpose, whose leading Transpose joins the HW
    epoch of a pool feeding the Pad where the core's ``channel_pad_hw_transpose_channels`` divides the
