@@ -133,11 +133,23 @@ def clean_report_text(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.strip())
 
 
+#: X-CUBE-AI pack major version -> the ST Edge AI Core major version it ships: X-CUBE-AI 10.Y.Z
+#: carries core 2.Y.Z (the pairs: X-CUBE-AI 10.1.0 with core 2.1.0, 10.2.0 with core 2.2.0, in their
+#: paths), and a build that ST shipped before 2.0.0 printed the pack's number as its own
+#: ("ST Edge AI Core v10.0.0-20047", one build below 2.0.0-20049): it is read as core 2.0.0.
+PACK_TO_CORE_MAJOR = {10: 2}
+
+
 def core_of(version: str | None) -> str:
-    """``"4.0.1-20581"`` -> ``"4.0.1"`` (the placement facts are selected by X.Y)."""
+    """``"4.0.1-20581"`` -> ``"4.0.1"`` (the placement facts are selected by X.Y); a version in the
+    X-CUBE-AI pack's numbering is read as the core it ships (``"10.0.0-20047"`` -> ``"2.0.0"``)."""
     if not version:
         return ""
-    return version.strip().lstrip("vV").split("-")[0]
+    core = version.strip().lstrip("vV").split("-")[0]
+    major, dot, rest = core.partition(".")
+    if major.isdigit() and int(major) in PACK_TO_CORE_MAJOR:
+        return f"{PACK_TO_CORE_MAJOR[int(major)]}{dot}{rest}"
+    return core
 
 
 def placement_options(command: str | None) -> tuple[str, ...]:
@@ -298,6 +310,11 @@ def _estimate_row(row: CalibrationRow, model: Path, target_profile: str | None, 
     from .api import AnalysisOptions, analyze_path
 
     key = (str(model), row.core, row.options)
+    if row.core and not _known_core(row.core, target_profile):
+        row.status = "unknown core"
+        row.note = (f"the report's ST Edge AI Core version {row.core} is not one the target profile has placement "
+                    f"facts for (it knows {', '.join(_profile_cores(target_profile))}); not estimated")
+        return
     try:
         if key not in cache:
             opts = AnalysisOptions(target_profile=target_profile, stedgeai_options=frozenset(row.options),
@@ -313,6 +330,25 @@ def _estimate_row(row: CalibrationRow, model: Path, target_profile: str | None, 
     row.est_epochs, row.est_sw, row.est_hybrid = est.epochs, est.sw_epochs, est.hybrid_epochs
     row.est_sw_ops, row.est_hybrid_ops = est.sw_ops, est.hybrid_ops
     row.status = "ok" if not row.failures() else "off"
+
+
+def _profile_cores(target_profile: str | None) -> list[str]:
+    from .npu.profile import load_profile
+
+    return [c.version for c in load_profile(target_profile).cores]
+
+
+def _known_core(core: str, target_profile: str | None) -> bool:
+    """Whether the target profile selects facts for stedgeai core ``core`` (a listed X.Y of the same
+    major version not newer than it)."""
+    from .npu.profile import load_profile, select_core
+
+    profile = load_profile(target_profile)
+    try:
+        select_core(profile, core)
+    except NafixError:
+        return False
+    return True
 
 
 def summary(rows: list[CalibrationRow]) -> dict:

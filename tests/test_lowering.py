@@ -78,8 +78,13 @@ def test_dilated_conv_gets_space_to_depth_and_depth_to_space_and_the_undilated_n
 
 def test_conv_transpose_and_nearest_upsampling_lower_to_depth_to_space():
     ct = qdq_op("ConvTranspose", [[1, 4, 8, 8]], name="up", weights={"w": [4, 4, 2, 2]}, strides=[2, 2])
-    assert analyze(ct, prof=core("2.2")).estimate.sw_ops == Counter({"DepthToSpace": 1})
+    # zero insertion: a Concat with zeros and a DepthToSpace, both SW in 2.2 (PP-OCRv4 det c_info), then two HW
+    # epochs (an Identity copy, the crop/pad Conv) and the Conv itself
+    a22 = analyze(ct, prof=core("2.2"))
+    assert a22.estimate.sw_ops == Counter({"Concat": 1, "DepthToSpace": 1})
+    assert [g.unit for g in a22.estimate.groups if g.nodes == ["up"]] == ["HW", "HW", "HW", "SW", "SW"]
     assert analyze(ct, prof=core("3.0")).estimate.hybrid_ops == Counter({"DepthToSpace": 1})
+    assert analyze(ct, prof=core("4.0")).estimate.hybrid_ops == Counter({"Concat": 1, "DepthToSpace": 1})
     b = QDQ()
     x = b.input("x", [1, 4, 8, 8])
     y = b.op("Resize", [x, "", b.const("scales", np.array([1, 1, 2, 2], np.float32))], name="rs", mode="nearest",

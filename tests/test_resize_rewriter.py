@@ -148,9 +148,11 @@ def test_core_2x_keeps_the_bilinear_resize_as_a_near_miss():
     assert res.changes == []
     reasons = {m.node: m.reason for m in res.near_misses}
     assert sorted(reasons) == ["resize_up1", "resize_up2", "resize_up3"]
-    assert all("stedgeai core 2.2 lowers it with DepthToSpace, a pure SW epoch" in r for r in reasons.values())
-    assert all("--core 3.0 or later" in r for r in reasons.values())
-    assert run_engine(model, [RULE], profile=load_profile(core="3.0")).changes  # hybrid there: applies
+    assert all("stedgeai core 2.2 lowers it with Concat + DepthToSpace, pure SW epochs" in r for r in reasons.values())
+    assert all("--core 4.0 or later" in r for r in reasons.values())
+    # 3.0 runs DepthToSpace as hybrid but no report shows its Concat (the zero insertion, SW in 2.2): SW, no gain
+    assert not run_engine(model, [RULE], profile=load_profile(core="3.0")).changes
+    assert run_engine(model, [RULE], profile=load_profile(core="4.0")).changes  # hybrid there: applies
 
 
 def _resize_io(model: onnx.ModelProto) -> list[tuple[str, str, str]]:
@@ -172,12 +174,13 @@ def test_movenet_like_qdq_all_resizes_on_hw_within_one_lsb(tmp_path):
     after = analyze_model(res.model, profile=PROFILE)
     assert not [n for n in after.sw_nodes() if n["op_type"] == "Resize"]
     old_sw = {n["name"] for n in before.sw_nodes()}
-    # the default core (4.0) lowers each stride-2 ConvTranspose with a DepthToSpace, a hybrid epoch there
+    # the default core (4.0) lowers each stride-2 ConvTranspose with a zero-inserting Concat and a DepthToSpace,
+    # hybrid epochs there
     new = [(n["op_type"], n["unit"], n["from_nodes"][0].split("__nafix")[0]) for n in after.sw_nodes()
            if n["name"] not in old_sw]
-    assert sorted(new) == [("DepthToSpace", "hybrid", f"resize_up{i}") for i in (1, 2, 3)]
+    assert sorted(new) == sorted([(op, "hybrid", f"resize_up{i}") for i in (1, 2, 3) for op in ("Concat", "DepthToSpace")])
     assert after.estimate.sw_epochs == before.estimate.sw_epochs - 3  # one SW epoch per bilinear Resize
-    assert after.estimate.hybrid_ops == {"DepthToSpace": 3}
+    assert after.estimate.hybrid_ops == {"DepthToSpace": 3, "Concat": 3}
     assert after.estimate.hw_ratio > before.estimate.hw_ratio
 
     # Each rewritten Resize on the same int8 input as the original (real activations): within 1 LSB.

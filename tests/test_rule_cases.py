@@ -81,7 +81,9 @@ def test_rule_case(rule_id, case):
                samples=int(case.get("samples", 4)), seed=int(case.get("seed", 0)))
     assert v.ok, v.as_dict()
     after = analyze_model(res.model, profile=profile)
-    assert after.estimate.hw_ratio >= before.estimate.hw_ratio - 1e-9, (before.estimate, after.estimate)
+    if not is_float_model(model):  # (float: every added node is one more SW epoch until quantized, as above;
+        # a float model is not all SW either: a SW activation product has HW reshape epochs, matmul_float_OE)
+        assert after.estimate.hw_ratio >= before.estimate.hw_ratio - 1e-9, (before.estimate, after.estimate)
     created = [n for n in res.model.graph.node if n.name in res.provenance]
     # the model really changed: new nodes, a new interface, fewer nodes, or new parameters
     assert (created or res.io_changes or len(res.model.graph.node) < len(model.graph.node)

@@ -352,8 +352,10 @@ def line_buffer(node, ctx):
 
 @constraint("prelu_slope_quantized", tag="OBS")
 def prelu_slope_quantized(node, ctx):
-    """PRelu's slope must be a quantized constant (through a DequantizeLinear); a float slope makes the
-    op a float island (DequantizeLinear -> PRelu -> QuantizeLinear, three SW epochs)."""
+    """PRelu's slope must be a quantized constant (through a DequantizeLinear); with a float slope the
+    op runs in SW: with an int8 kernel between Q -> DQ pairs (the per-channel QDQ MobileFaceNet, 2.1: 33 SW
+    PRelu and no Q/DQ epoch), in float after a lone DequantizeLinear of a QLinearConv output (the QOperator
+    MobileFaceNet: DequantizeLinear -> PRelu -> QuantizeLinear, three SW epochs)."""
     if ctx.oe_export or len(node.inputs) < 2:
         return OK
     s = node.inputs[1]
@@ -465,6 +467,29 @@ def slice_rank3_channels(node, ctx):
     return OK
 
 
+_FUSING_PRODUCERS = frozenset({"Conv", "QLinearConv", "ConvInteger", "Gemm"})
+
+
+@constraint("fused_into_conv", tag="OBS")
+def fused_into_conv(node, ctx):
+    """This activation runs on the NPU only fused into the Conv that produces its input (its only
+    reader, through Q/DQ): PP-OCRv4 det (2.2) c_info has 9 of its 10 HardSigmoid in their Conv's HW epoch
+    ('Conv2D_591 ... HardSigmoid_594'); an activation not after a Conv has no NPU kernel (unverified)."""
+    x = node.inputs[0] if node.inputs else None
+    if x is None:
+        return OK
+    t, src = x, ctx.view.producer(x)
+    while src is not None and (src.op in QDQ_OPS or src.op in MOVEMENT_OPS) and src.inputs:
+        if len(t.outputs) != 1:
+            break
+        t = src.inputs[0]
+        src = ctx.view.producer(t)
+    if src is not None and src.op in _FUSING_PRODUCERS and len(t.outputs) == 1:
+        return OK
+    what = f"'{src.op}' node '{src.name}'" if src is not None else "a graph input"
+    return Verdict(False, f"{_q(node)} follows {what}, not a Conv it is the only reader of")
+
+
 @constraint("pad_constant_mode", tag="3P")
 def pad_constant_mode(node, ctx):
     """Pad runs on the NPU in 'constant' mode only; reflect/edge padding runs in SW."""
@@ -526,10 +551,22 @@ def reduce_as_global_pool(node, ctx):
 _FOLD_TARGETS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul", "QLinearConv"})
 
 
+def _dequantized_const(t, ctx) -> bool:
+    """``t`` is a quantized constant read through a DequantizeLinear."""
+    p = ctx.view.producer(t)
+    return p is not None and p.op == "DequantizeLinear" and bool(p.inputs) and ctx.view.is_const_like(p.inputs[0])
+
+
 @constraint("batchnorm_folded", tag="OBS")
 def batchnorm_folded(node, ctx):
-    """BatchNormalization runs on the NPU only when folded into the Conv/Gemm before it; a standalone
-    BatchNormalization runs in SW."""
+    """BatchNormalization runs on the NPU when folded into the Conv/Gemm before it, or as a per-channel
+    Mul + Add between int8 tensors (PP-OCRv4 det, 2.2: the BatchNormalization after ConvTranspose + Add,
+    between Q/DQ with a quantized scale, is c_info 'Mul_inserted_id2525' + 'Add_inserted_id2527', HW); a
+    standalone BatchNormalization with a float scale or on float data runs in SW (SFace, 2.1: 28 of them,
+    each between SW Q/DQ)."""
+    if (not ctx.oe_export and len(node.inputs) > 1 and ctx.domain.sourced(node.inputs[0])
+            and all(ctx.domain.sunk(o) for o in node.outputs if o.name) and _dequantized_const(node.inputs[1], ctx)):
+        return OK
     src = ctx.view.source(node.inputs[0])
     while src is not None and src.op in QDQ_OPS:
         src = ctx.view.source(src.inputs[0])

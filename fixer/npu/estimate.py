@@ -25,8 +25,8 @@ The rule (kept in step with the README's "How epochs are estimated"):
    ``reported_as`` is named that way (an activation x activation MatMul is reported as ``Conv``, one
    epoch per batch slice).
 6. Lowerings (profile ``lowerings``): the compiler inserts ops of its own, each a SW epoch: nearest
-   upsampling becomes one DepthToSpace epoch (instead of a HW epoch), a ConvTranspose is followed by a
-   DepthToSpace, a dilated Conv is wrapped in SpaceToDepth -> Conv -> DepthToSpace, a Conv whose stride
+   upsampling becomes one DepthToSpace epoch (instead of a HW epoch), a ConvTranspose makes two HW epochs
+   (an Identity copy, a crop/pad Conv) and a zero-inserting Concat + DepthToSpace, a dilated Conv is wrapped in SpaceToDepth -> Conv -> DepthToSpace, a Conv whose stride
    exceeds its kernel or the native stride is preceded by a SpaceToDepth, a channel Pad becomes
    Transpose -> (Identity copy, Pad as a HW Conv) -> Transpose, whose leading Transpose joins the HW
    epoch of a pool feeding the Pad where the core's ``channel_pad_hw_transpose_channels`` divides the
@@ -176,10 +176,16 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
                     idx = new(SW, node)
                     groups[idx].ops, groups[idx].reported_as = [op], op
                 continue
-            for _ in range(_sw_slices(view, node, rule)):
+            around = _matmul_reshape_epochs(view, node, profile)
+            if around:
+                new(HW, node)  # the operands reshaped to the conv layout (matmul_float_OE c_info)
+            n_sw = _requantize_readers(view, node) if p.role == "conversion" else _sw_slices(view, node, rule)
+            for _ in range(n_sw):
                 idx = new(SW, node)
                 if rule is not None and rule.reported_as:
                     groups[idx].reported_as = rule.reported_as
+            for _ in range(around - 1 if around else 0):
+                new(HW, node)  # the product reshaped back
             continue
         low = lowering_of(view, node, profile)
         if low == "upsample_nearest":
@@ -257,7 +263,16 @@ def estimate_epochs(view: GraphView, placement: Placement, profile: TargetProfil
             extra += int(dw_extra.value)
         for _ in range(extra):
             idx = new(HW, node)
-        if low in ("conv_transpose", "dilated_conv"):
+        if low == "conv_transpose":
+            # zero insertion (a Concat with zeros + DepthToSpace), then a HW Identity copy and a crop/pad Conv
+            # before the ConvTranspose's own Conv (PP-OCRv4 det 2.2 c_info, both ConvTransposes)
+            zi = profile.limits.get("conv_transpose_zero_insert_epochs")
+            for _ in range(int(zi.value) if zi is not None else 0):
+                new(HW, node)
+            for op in profile.lowerings[low].inserts:
+                inserted(op, node, low)
+            continue  # the output comes from a SW/hybrid epoch
+        if low == "dilated_conv":
             inserted(profile.lowerings[low].inserts[-1], node, low)
             continue  # the output comes from a SW/hybrid epoch
         for o in node.outputs:
@@ -296,8 +311,17 @@ def lowering_note(profile: TargetProfile, lowering: str) -> str:
     """One sentence for near-misses: what the compiler does with the pattern on this core."""
     low = profile.lowerings[lowering]
     unit = lowering_unit(profile, lowering)
-    return (f"stedgeai core {profile.core_version or '?'} lowers it with {' + '.join(low.inserts)}, "
-            f"{'a hybrid' if unit == HYBRID else 'a pure SW'} epoch [{low.tag}]")
+    kind = "hybrid" if unit == HYBRID else "pure SW"
+    epochs = f"{kind} epochs" if len(low.inserts) > 1 else f"a {kind} epoch"
+    return f"stedgeai core {profile.core_version or '?'} lowers it with {' + '.join(low.inserts)}, {epochs} [{low.tag}]"
+
+
+def lowering_hybrid_cores(profile: TargetProfile, lowering: str) -> list[str]:
+    """The core versions of the profile on which every op the lowering inserts runs as a hybrid epoch."""
+    low = profile.lowerings.get(lowering)
+    if low is None:
+        return []
+    return [c.version for c in profile.cores if all(op in c.hybrid_ops for op in low.inserts)]
 
 
 #: conversions the reports never mark "(float)"
@@ -314,6 +338,34 @@ def _sw_slices(view: GraphView, node, rule) -> int:
     if shape is None or len(shape) < 3 or not all(isinstance(d, int) and d > 0 for d in shape[:-2]):
         return 1
     return max(1, int(np.prod(shape[:-2])))
+
+
+def _requantize_readers(view: GraphView, node) -> int:
+    """SW epochs of a QuantizeLinear that re-quantizes a float SW op's output: one per op reading the
+    quantized tensor (through its DequantizeLinear), at least one (yolov8n micro and yolov11n, 4.0.1: the float
+    'Sub(float)' read by an Add and a Sub is followed by 2 SW QuantizeLinear epochs; OBS)."""
+    if node.op != "QuantizeLinear" or not node.outputs:
+        return 1
+    readers = set()
+    for c, _ in view.sinks(node.outputs[0]):
+        if c is not None and c.op == "DequantizeLinear":
+            readers.update(d.name if d is not None else "<output>" for d, _ in view.sinks(c.outputs[0]))
+        else:
+            readers.add(c.name if c is not None else "<output>")
+    return max(1, len(readers))
+
+
+def _matmul_reshape_epochs(view: GraphView, node, profile: TargetProfile) -> int:
+    """HW epochs (``activation_matmul_reshape_epochs``: 0 or 2, one before, the rest after) around a SW
+    Gemm/MatMul of two activations whose operands are rank 2 (matmul_float_OE c_info: reshape_x/reshape_w,
+    then the SW Conv, then squeeze_y)."""
+    lim = profile.limits.get("activation_matmul_reshape_epochs")
+    if lim is None or int(lim.value) <= 0 or node.op not in ("Gemm", "MatMul") or len(node.inputs) < 2:
+        return 0
+    a, b = node.inputs[0], node.inputs[1]
+    if view.is_const_like(b) or any(t.shape is None or len(t.shape) != 2 for t in (a, b)):
+        return 0
+    return int(lim.value)
 
 
 def _pool_epoch_taking_transpose(view: GraphView, node, profile: TargetProfile, tensor_epoch: dict) -> int | None:
@@ -405,7 +457,8 @@ def lowering_of(view: GraphView, node, profile: TargetProfile) -> str | None:
     ``conv_transpose``: a ConvTranspose with stride > 1; ``dilated_conv``: a Conv with a dilation > 1;
     ``conv_stride_beyond_kernel``: a Conv whose stride exceeds its kernel or ``conv_stride_native``;
     ``channel_pad``: a rank-4 Pad on the channel axis (Transpose -> Pad -> Transpose);
-    ``global_depthwise_decomposed``: a depthwise Conv taller than the native kernel over its whole input.
+    ``global_depthwise_decomposed``: a depthwise Conv taller and wider than the native kernel over its whole
+    input (a 7x7 one: SW; a 7x6 one ran on the NPU as sub-mask convs, MobileFaceNet per-channel 2.1 c_info).
     """
     lows = profile.lowerings
     if not lows:
@@ -455,6 +508,8 @@ def lowering_of(view: GraphView, node, profile: TargetProfile) -> str | None:
     if ("global_depthwise_decomposed" in lows and group > 1 and w is not None and w.shape is not None
             and len(w.shape) == 4 and w.shape[1] == 1 and isinstance(ks[0], int)
             and ks[0] > profile.limits["conv_kernel_h_native"].value
+            and len(ks) == 2 and isinstance(ks[1], int) and "conv_kernel_w_native_stride1" in profile.limits
+            and ks[1] > profile.limits["conv_kernel_w_native_stride1"].value
             and x is not None and len(x) == 4 and list(x[2:]) == [int(k) for k in ks]
             and y is not None and len(y) == 4 and list(y[2:]) == [1, 1]):
         return "global_depthwise_decomposed"

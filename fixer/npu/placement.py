@@ -467,15 +467,51 @@ def _enabled_by_option(op: str, profile: TargetProfile) -> bool:
 
 
 def _kernel(node: ir.Node, ctx: PlacementContext, failing: Iterable[Reason]) -> str:
-    """int8 when the compiler has an int8 SW kernel for the op and its I/O is quantized, else float."""
-    if any(r.constraint in ("params_quantized", "prelu_slope_quantized", "quantized_activations") for r in failing):
+    """int8 when the compiler has an int8 SW kernel for the op and its I/O is quantized, else float.
+
+    In an ONNX model, a DequantizeLinear of another op's int8 output (a QLinearConv's, not a QuantizeLinear's)
+    and a QuantizeLinear read by an op rather than a DequantizeLinear are conversions of their own: the op
+    between them runs in float (the QOperator MobileFaceNet: SW DQ -> PRelu -> Q; the QDQ per-channel one,
+    whose PRelu sits between Q -> DQ pairs: SW PRelu alone; OBS)."""
+    # (a float PRelu slope does not: the int8 SW PRelu kernel takes it, per-channel MobileFaceNet 2.1, OBS)
+    if any(r.constraint == "quantized_activations" or r.constraint == "params_quantized" and node.op != "PRelu"
+           for r in failing):
         return "float"
     if node.op not in ctx.profile.sw_int8_kernels:
         return "float"
     acts = ctx.domain.activations(node)
     if all(ctx.domain.sourced(t) for t in acts) and all(ctx.domain.sunk(t) for t in node.outputs if t.name):
+        if ctx.domain.onnx_qparams and (any(_lone_dequantize(t, ctx.view) for t in acts)
+                                        or any(_lone_quantize(t) for t in node.outputs if t.name)):
+            return "float"
         return "int8"
     return "float"
+
+
+def _lone_dequantize(t: ir.Tensor, view: GraphView) -> bool:
+    """``t`` is the output of a DequantizeLinear of a computed int8 tensor that no QuantizeLinear made
+    (the output of a QLinearConv/QLinearMatMul)."""
+    p = t.inputs[0] if t.inputs else None
+    if p is None or p.op != "DequantizeLinear" or not p.inputs:
+        return False
+    x = p.inputs[0]
+    src = x.inputs[0] if x.inputs else None
+    return src is not None and _qoperator(src.op) and not view.is_const_like(x)
+
+
+def _lone_quantize(t: ir.Tensor) -> bool:
+    """A QuantizeLinear of ``t`` is read by a QOperator op (a QLinearConv) rather than a DequantizeLinear."""
+    for c in t.outputs:
+        if c.op == "QuantizeLinear":
+            for o in c.outputs:
+                if any(_qoperator(d.op) for d in o.outputs):
+                    return True
+    return False
+
+
+def _qoperator(op: str) -> bool:
+    """An op of ONNX's QOperator format: it reads and writes int8 tensors with its own scales."""
+    return op.startswith("QLinear") or op in ("ConvInteger", "MatMulInteger")
 
 
 EDGE_QUANTIZE = ("The graph input should already be int8: a QuantizeLinear on a float graph input runs in SW "

@@ -265,13 +265,16 @@ def bilinear_resize_to_conv_transpose(match: Match, ed: Editor) -> RewriteResult
     if opset >= 11 and all(p.kind in ("copy", "box") for p in plans):
         return _as_nearest(node, ed, ph, pw, out_shape, fdtype, what)
 
-    from ..npu.estimate import SW, lowering_note, lowering_unit
+    from ..npu.estimate import SW, lowering_hybrid_cores, lowering_note, lowering_unit
 
     if (ph.stride > 1 or pw.stride > 1) and lowering_unit(match.profile, "conv_transpose") == SW:
+        inserts = match.profile.lowerings["conv_transpose"].inserts
+        cores = lowering_hybrid_cores(match.profile, "conv_transpose")
+        where = (f"; on a core that runs {' and '.join(inserts)} as hybrid epochs (--core {cores[0]} or later) the "
+                 f"rewrite applies" if cores else "")
         raise NearMiss(f"'{label}': the depthwise ConvTranspose (stride {ph.stride}x{pw.stride}) replacing it would "
                        f"not leave SW: {lowering_note(match.profile, 'conv_transpose')} (NEURAL_ART.md s7), so the SW "
-                       f"Resize would become a SW DepthToSpace plus a HW epoch; on a core that runs DepthToSpace as a "
-                       f"hybrid epoch (--core 3.0 or later) the rewrite applies.")
+                       f"Resize would become SW {' + '.join(inserts)} epochs plus HW epochs{where}.")
     limit = int(match.profile.limit("channel_chunk_max"))
     if not channel_split_ok(n_ch, limit):
         raise NearMiss(f"'{label}' has {n_ch} channels: the depthwise ConvTranspose replacing it would have {n_ch} "
