@@ -487,9 +487,11 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
             warnings.append(
                 f"the estimated HW ratio went down ({before.estimate.hw_ratio:.1%} -> {after.estimate.hw_ratio:.1%}); "
                 "this is a nafix bug, please report it")
+    regression, worse = _worse_than_input(src, before, after, engine, pre_engine, opts, warnings)
     written = False
     verified = verification is None or verification.ok
-    if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed):
+    if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed) \
+            and (regression is None or opts.keep_failed):
         # every file this run will write is checked before the first one is written
         _check_fix_outputs(opts, src, out, report_path, header_path if engine.io_changes else None)
         model = engine.model
@@ -500,6 +502,8 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
             "nafix.profile": profile.name,
             "nafix.verified": "yes" if verified else "NO (written with --keep-failed)",
         })
+        if regression is not None:
+            meta["nafix.not_worse"] = f"NO (written with --keep-failed): {worse}"
         if quant_info is not None:
             meta["nafix.quantized"] = f"onnxruntime, calibration={quant_info.get('calibration')}"
 
@@ -512,7 +516,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         input=src, output=out if written else None, report_path=None, header_path=None, before=before,
         after=after, engine=engine, verification=verification, written=written,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
-        advice=advice,
+        advice=advice, regression=regression,
     )
     if loaded.imported is not None and engine.changes:
         result.source_check = _fixed_vs_source(loaded, engine, opts)
@@ -526,6 +530,39 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     if not opts.dry_run:
         _write_fix_reports(result, opts, header_path, report_path)
     return result
+
+
+def _worse_than_input(src: Path, before: ModelAnalysis, after: ModelAnalysis | None, engine, pre_engine,
+                      opts: FixOptions, warnings: list[str]) -> tuple[str | None, str | None]:
+    """The never-worse promise for the whole run (the --quantize stage, its rewrites and every rule
+    round) against the model the user gave: (one sentence, what got worse) when the fixed model's
+    estimate is worse than the input's (:func:`fixer.engine.worse_than_input`, the engine guard's
+    test), else (None, None).
+    A run in which a rule that fixes a compile error or a board hang changed the model is exempt,
+    as it is from the engine's guard; the worse estimate is then a warning."""
+    from .engine import guard_exempt, worse_than_input
+    from .rules import load_rules
+
+    if after is None:
+        return None, None
+    what = worse_than_input(before.estimate, after.estimate)
+    if what is None:
+        return None, None
+    applied = {c.rule for c in engine.changes} | ({c.rule for c in pre_engine.changes} if pre_engine else set())
+    exempt = sorted(r.id for r in load_rules(opts.rules_dirs) if r.id in applied and guard_exempt(r))
+    if exempt:
+        warnings.append(f"the fixed model is estimated worse than the input ({what}), kept because rule(s) "
+                        f"{', '.join(exempt)} fix a compile error or a board hang")
+        return None, None
+    stage = "quantization and the rules" if opts.quantize else "the rules"
+    sentence = (f"{src}: the model after {stage} is estimated worse than the input ({what}); nafix never makes "
+                f"a model worse")
+    if opts.keep_failed and not opts.dry_run:
+        sentence += ", written anyway with --keep-failed and marked nafix.not_worse=NO"
+        warnings.append(sentence)  # the JSON report written beside the model records it
+    else:
+        sentence += ", nothing written" + ("" if opts.dry_run else " (--keep-failed writes it anyway)")
+    return sentence + ".", what
 
 
 def _engine_placed(engine) -> tuple | None:
