@@ -16,8 +16,8 @@ from .model_io import LoadedModel, invalid_model_error, load_model
 from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
 from .quantize import (
-    CalibrationOptions, accuracy_report, convert_uint8_to_int8, open_calibration, quantize_float_model,
-    requantize_islands,
+    CalibrationOptions, accuracy_report, check_finite_constants, convert_uint8_to_int8, open_calibration,
+    quantize_float_model, requantize_islands,
 )
 from .report import fix_dict, fix_header
 from .results import (  # noqa: F401  (re-exported: fixer.api is where callers found them)
@@ -215,6 +215,7 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
     calib = opts.calib or CalibrationOptions(seed=opts.seed)
     model = loaded.model
     name = str(loaded.path)
+    check_finite_constants(model, name)  # NaN/Inf weights: one sentence naming them, before any rewrite
     kind = _quant_kind(model)
     info: dict = {"input_kind": kind}
     pre_engine = None
