@@ -170,3 +170,28 @@ def test_the_partial_sums_of_an_input_channel_split_are_quantized(denoiser):
     check = verify(onnx.load(str(model)), m, contract=VerifyContract("lsb", lsb=4), inputs=_feeds(calib))
     assert check.ok, [o.detail for o in check.outputs]
     assert all(o.cosine > 0.9999 for o in check.outputs)
+
+
+def test_a_quantize_stage_that_leaves_partial_sums_in_float_is_refused(denoiser, tmp_path, capsys, monkeypatch):
+    """The failure the issue reported, made on purpose: onnxruntime leaves the Gemm's partial sums in
+    float (excluded from its nodes). The report names them, and the whole-run check refuses the
+    model although every rule round kept the engine's own guard."""
+    import fixer.api
+    from fixer.quantize import requantize_islands as real
+
+    def leave_gemm_partials_float(model, **kw):
+        skip = [n.name for n in model.graph.node if n.name.startswith("gemm__nafix_")]
+        assert skip  # NAF002 split the Gemm before quantization
+        return real(model, nodes_to_exclude=skip, **kw)
+
+    monkeypatch.setattr(fixer.api, "requantize_islands", leave_gemm_partials_float)
+    model, calib = denoiser
+    r = fix(model, FixOptions(select=("NAF001", "NAF002"), quantize=True, dry_run=True,
+                              calib=CalibrationOptions(path=str(calib))))
+    assert any("NAF002 created stayed in float" in w and "'gemm__nafix_" in w for w in r.warnings)
+    assert r.regression is not None and not r.written
+    out = tmp_path / "out"
+    code, _, err = run_cli([model, "--quantize", "--select", "NAF001", "--select", "NAF002", "--calib", calib,
+                            "-o", f"{out}/"], capsys)
+    assert code == 1 and "estimated worse than the input" in err.strip().splitlines()[-1]
+    assert not (out / "denoiser_qdq.nafix.onnx").exists()
