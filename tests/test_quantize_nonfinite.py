@@ -88,11 +88,11 @@ def test_minus_infinity_outside_weights_is_left_alone():
     assert non_finite_constants(_poison(m, "floor", np.nan)) == [("floor", 1, 0, 4)]
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16])
 def test_other_float_types_are_checked(dtype):
+    w = helper.make_tensor("w", dtype, [2, 2], [1.0, float("inf"), float("nan"), 0.0])
     g = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
-                          initializer=[numpy_helper.from_array(np.array([[1, np.inf], [np.nan, 0]], dtype), "w")])
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])], initializer=[w])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     assert non_finite_constants(m) == [("w", 1, 1, 4)]

@@ -188,8 +188,8 @@ def non_finite_constants(model: onnx.ModelProto) -> list[tuple[str, int, int, in
             a = numpy_helper.to_array(t)
         except Exception:  # noqa: BLE001 - data nafix cannot read here is reported where it is used
             continue
-        if a.dtype.kind != "f":
-            a = a.astype(np.float32)  # bfloat16 comes back as its raw integers in older onnx
+        if a.dtype.kind != "f":  # bfloat16: ml_dtypes' type (kind 'V'), or its raw 16 bits in older onnx
+            a = (a.astype(np.uint32) << 16).view(np.float32) if a.dtype == np.uint16 else a.astype(np.float32)
         finite = np.isfinite(a)
         if finite.all():
             continue
