@@ -22,6 +22,7 @@ from fixer.api import AnalysisOptions, FixOptions, analyze_path, fix
 from fixer.quantize import CalibrationOptions
 from fixer.rules import VerifyContract
 from fixer.verify import verify
+from tests.builders import channels
 from tests.builders.channels import denoiser_like
 from tests.helpers import run_cli
 
@@ -195,3 +196,24 @@ def test_a_quantize_stage_that_leaves_partial_sums_in_float_is_refused(denoiser,
                             "-o", f"{out}/"], capsys)
     assert code == 1 and "estimated worse than the input" in err.strip().splitlines()[-1]
     assert not (out / "denoiser_qdq.nafix.onnx").exists()
+
+
+@pytest.mark.parametrize("build", [
+    lambda: channels.conv(cin=257, cout=257, k=3, qdq=True),
+    lambda: channels.matmul(batch=(1, 8), k=257, n=257, qdq=True, add_bias=True),
+], ids=["conv3x3_257x257", "matmul_257x257"])
+def test_a_square_257_layer_is_split_both_ways_and_verified(tmp_path, build):
+    """Before quantization the input-channel split of a QDQ layer sums its partials in float, in
+    another order than the original: at the QuantizeLinear after it a value at a rounding tie can
+    move by one LSB (a 257 -> 257 Conv: ~1 in 10^4). The gate holds that split to one LSB there (and
+    the outputs downstream to the noise floor), not to a float tolerance the quantized output cannot
+    meet; every chunk then ends up in HW."""
+    p = tmp_path / "m.onnx"
+    onnx.save(build(), str(p))
+    r = fix(p, FixOptions(select=("NAF001", "NAF002"), quantize=True))
+    gate = r.quantization["float_rewrites"]["verification"]
+    assert gate["ok"] and gate["contract"] == "lsb" and gate["rewritten_nodes"]
+    assert all(b["max_abs_error"] <= 1 for b in gate["rewritten_nodes"])
+    assert r.written and r.regression is None and r.verified
+    assert r.final.estimate.sw_epochs == 0 < r.before.estimate.sw_epochs
+    assert {c.rule for c in r.engine.changes} == {"NAF001"}
