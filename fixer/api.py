@@ -16,8 +16,8 @@ from .model_io import LoadedModel, invalid_model_error, load_model
 from .npu.placement import SW, is_oe_export
 from .npu.profile import TargetProfile, load_profile
 from .quantize import (
-    CalibrationOptions, accuracy_report, convert_uint8_to_int8, open_calibration, quantize_float_model,
-    requantize_islands,
+    CalibrationOptions, accuracy_report, check_finite_constants, convert_uint8_to_int8, open_calibration,
+    quantize_float_model, requantize_islands,
 )
 from .report import fix_dict, fix_header
 from .results import (  # noqa: F401  (re-exported: fixer.api is where callers found them)
@@ -215,6 +215,7 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
     calib = opts.calib or CalibrationOptions(seed=opts.seed)
     model = loaded.model
     name = str(loaded.path)
+    check_finite_constants(model, name)  # NaN/Inf weights: one sentence naming them, before any rewrite
     kind = _quant_kind(model)
     info: dict = {"input_kind": kind}
     pre_engine = None
@@ -275,6 +276,14 @@ def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfil
         res = requantize_islands(model_in, calib=calib, model_name=name, profile=profile, progress=on_calibration)
         quantized = res.model
         info.update(res.as_dict() if hasattr(res, "as_dict") else {"calibration": res.calibration})
+        # what a requantizing rewrite created (NAF002's partial sums) must come out int8 like the rest:
+        # say which stayed float (the whole run's estimate check then refuses the model)
+        made = {n: r for n, r in pre_engine.provenance.items() if r in REQUANTIZING_RULES}
+        left = [i["name"] for i in getattr(res, "remaining", ()) if i.get("name") in made]
+        if left:
+            warnings.append(f"{len(left)} node(s) that {', '.join(sorted({made[n] for n in left}))} created stayed in "
+                            f"float after quantization ({', '.join(repr(n) for n in left[:5])}"
+                            f"{', ...' if len(left) > 5 else ''}); onnxruntime did not quantize them")
         feeds = open_calibration(model, calib, model_name=name).take(min(8, calib.max_samples))
         # the reference is itself quantized: per-tensor SQNR against it says nothing, outputs do
         acc = accuracy_report(model, quantized, feeds, calibration=res.calibration, worst=0)
@@ -298,6 +307,10 @@ class _RewritesGate:
         by_id = {r.id: r for r in rules}
         self.model, self.pre, self.opts, self.info, self.name = model, pre, opts, info, name
         self.contract = loosest([by_id[r].verify for r in pre.rules_applied])
+        # where a rewrite may move a quantized tensor by LSBs (NAF002 on a QDQ model): its int8 tensors
+        # are checked under its contract, and outputs downstream against the noise floor (verify())
+        contracts = change_contracts(pre, by_id)
+        self.boundaries = [b for b in boundary_checks(pre, contracts) if b.contract.contract == "lsb"]
         self.done = False
         info["float_rewrites"] = None  # its place among the report's keys, filled by check()
 
@@ -309,7 +322,7 @@ class _RewritesGate:
         self.done = True
         pre = self.pre
         v = verify(self.model, pre.model, contract=self.contract, rules=pre.rules_applied, seed=self.opts.seed,
-                   samples=self.opts.samples, original_run=original_run)
+                   samples=self.opts.samples, original_run=original_run, boundaries=self.boundaries)
         self.info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail}
                                                    for c in pre.changes], "verification": v.as_dict()}
         if not v.ok:
@@ -349,12 +362,19 @@ def _requantizing_variants(rules, select) -> list:
     """The selected REQUANTIZING_RULES, with their float-only precondition lifted."""
     from dataclasses import replace
 
+    from .rules import VerifyContract
+
     chosen = {s.upper() for s in select} | {r.id for r in rules if r.name in select}
     out = []
     for r in rules:
         if r.id in REQUANTIZING_RULES and r.id in chosen:
+            # the split is exact in real arithmetic; summed in float in another order, a value at a
+            # rounding tie of the QuantizeLinear after it can move by one LSB (99.99 % bit-exact on a
+            # 257 -> 257 Conv): its contract on a QDQ model is one LSB of the output quantization
+            # (rtol where an output is float), downstream outputs judged against the noise floor
             out.append(replace(r, when=tuple(c for c in r.when if c.predicate != "is_float"),
-                               params={**r.params, "quantized_ok": True}))
+                               params={**r.params, "quantized_ok": True},
+                               verify=VerifyContract("lsb", rtol=r.verify.rtol, atol=r.verify.atol, lsb=1.0)))
     return out
 
 
@@ -487,9 +507,11 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
             warnings.append(
                 f"the estimated HW ratio went down ({before.estimate.hw_ratio:.1%} -> {after.estimate.hw_ratio:.1%}); "
                 "this is a nafix bug, please report it")
+    regression, worse = _worse_than_input(src, before, after, engine, pre_engine, opts, warnings)
     written = False
     verified = verification is None or verification.ok
-    if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed):
+    if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed) \
+            and (regression is None or opts.keep_failed):
         # every file this run will write is checked before the first one is written
         _check_fix_outputs(opts, src, out, report_path, header_path if engine.io_changes else None)
         model = engine.model
@@ -500,6 +522,8 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
             "nafix.profile": profile.name,
             "nafix.verified": "yes" if verified else "NO (written with --keep-failed)",
         })
+        if regression is not None:
+            meta["nafix.not_worse"] = f"NO (written with --keep-failed): {worse}"
         if quant_info is not None:
             meta["nafix.quantized"] = f"onnxruntime, calibration={quant_info.get('calibration')}"
 
@@ -512,7 +536,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         input=src, output=out if written else None, report_path=None, header_path=None, before=before,
         after=after, engine=engine, verification=verification, written=written,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
-        advice=advice,
+        advice=advice, regression=regression,
     )
     if loaded.imported is not None and engine.changes:
         result.source_check = _fixed_vs_source(loaded, engine, opts)
@@ -526,6 +550,39 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     if not opts.dry_run:
         _write_fix_reports(result, opts, header_path, report_path)
     return result
+
+
+def _worse_than_input(src: Path, before: ModelAnalysis, after: ModelAnalysis | None, engine, pre_engine,
+                      opts: FixOptions, warnings: list[str]) -> tuple[str | None, str | None]:
+    """The never-worse promise for the whole run (the --quantize stage, its rewrites and every rule
+    round) against the model the user gave: (one sentence, what got worse) when the fixed model's
+    estimate is worse than the input's (:func:`fixer.engine.worse_than_input`, the engine guard's
+    test), else (None, None).
+    A run in which a rule that fixes a compile error or a board hang changed the model is exempt,
+    as it is from the engine's guard; the worse estimate is then a warning."""
+    from .engine import guard_exempt, worse_than_input
+    from .rules import load_rules
+
+    if after is None:
+        return None, None
+    what = worse_than_input(before.estimate, after.estimate)
+    if what is None:
+        return None, None
+    applied = {c.rule for c in engine.changes} | ({c.rule for c in pre_engine.changes} if pre_engine else set())
+    exempt = sorted(r.id for r in load_rules(opts.rules_dirs) if r.id in applied and guard_exempt(r))
+    if exempt:
+        warnings.append(f"the fixed model is estimated worse than the input ({what}), kept because rule(s) "
+                        f"{', '.join(exempt)} fix a compile error or a board hang")
+        return None, None
+    stage = "quantization and the rules" if opts.quantize else "the rules"
+    sentence = (f"{src}: the model after {stage} is estimated worse than the input ({what}); nafix never makes "
+                f"a model worse")
+    if opts.keep_failed and not opts.dry_run:
+        sentence += ", written anyway with --keep-failed and marked nafix.not_worse=NO"
+        warnings.append(sentence)  # the JSON report written beside the model records it
+    else:
+        sentence += ", nothing written" + ("" if opts.dry_run else " (--keep-failed writes it anyway)")
+    return sentence + ".", what
 
 
 def _engine_placed(engine) -> tuple | None:

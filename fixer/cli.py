@@ -384,6 +384,9 @@ def fix_cmd(
         err.print(f"[bold red]error:[/] verification failed for rule(s) {', '.join(result.verification.rules)}; "
                   "nothing written" + (" (kept with --keep-failed)" if result.written else ""), highlight=False)
         raise typer.Exit(1)
+    if result.regression is not None:  # the never-worse promise over the whole run (fixer.api._worse_than_input)
+        _error(result.regression)
+        raise typer.Exit(1)
     if result.compiled is not None and not result.compiled.improved:
         err.print("[bold red]error:[/] the real HW-epoch ratio measured by stedgeai did not increase.", highlight=False)
         raise typer.Exit(1)

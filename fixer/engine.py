@@ -123,7 +123,9 @@ def reinfer(model: onnx.ModelProto) -> onnx.ModelProto:
 GUARANTEE = ("nafix never makes the estimate worse: a rewrite (or a round of rewrites) that would raise the "
              "estimated SW epochs is not kept, nor one that keeps them and raises the estimated epochs; it is "
              "reported as a near-miss with the reason. Epochs may go up only where SW epochs go down (a SW "
-             "Conv split into HW chunks). Rules that fix a compile error or a board hang are exempt.")
+             "Conv split into HW chunks). Rules that fix a compile error or a board hang are exempt. The whole run "
+             "is held to it too (the --quantize stage and every rule together, against the model given): a fixed "
+             "model estimated worse than its input is not written (exit 1) unless --keep-failed, which marks it.")
 
 #: Near-miss reason of a rewrite the guard dropped on a float model (no Q/DQ at all): there every op
 #: runs in SW, so any node a rewrite adds is one more SW epoch until the model is quantized.
@@ -166,6 +168,16 @@ def _worse(new: EpochEstimate, old: EpochEstimate) -> bool:
     is progress (one SW Conv of 257 channels becomes two HW chunks: a HW epoch costs a fraction of
     a SW epoch on the Cortex-M55)."""
     return new.sw_epochs > old.sw_epochs or (new.sw_epochs == old.sw_epochs and new.epochs > old.epochs)
+
+
+def worse_than_input(before: EpochEstimate, after: EpochEstimate) -> str | None:
+    """The guard's test (:func:`_worse`) applied to a whole fix, the quantize stage and every rule
+    round together, against the model the user gave: None when ``after`` is not worse than
+    ``before``, else what got worse, as a phrase with the estimated figures."""
+    if not _worse(after, before):
+        return None
+    return (f"estimated SW epochs {before.sw_epochs} -> {after.sw_epochs}, estimated epochs {before.epochs} -> "
+            f"{after.epochs}")
 
 
 def run_engine(

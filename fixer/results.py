@@ -135,6 +135,9 @@ class FixResult:
     #: A model imported from TFLite: the fixed model's outputs against the TFLite interpreter's on the
     #: import check's seeded inputs (None for ONNX input, or when the interface differs).
     source_check: list | None = None
+    #: Why the fixed model was not written (or was, marked, with --keep-failed): its estimate is worse
+    #: than the input's (the never-worse promise over the whole run); None when it is not worse.
+    regression: str | None = None
 
     @property
     def changed(self) -> bool:

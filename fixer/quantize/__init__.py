@@ -85,6 +85,8 @@ from .checks import (  # noqa: F401
     ISLAND_CONSTRAINTS,
     _weight_axis,
     check_npu_quantization,
+    check_finite_constants,
+    non_finite_constants,
     _analysis_copy,
     float_islands,
 )

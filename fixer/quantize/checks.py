@@ -139,6 +139,86 @@ def _check_npu_quantization(model: onnx.ModelProto, allow_uint8_io: bool) -> lis
     return problems
 
 
+_FLOAT_TYPES = (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16)
+
+
+def _constant_tensors(graph: onnx.GraphProto):
+    """Every constant tensor of ``graph`` and its subgraphs: initializers and Constant nodes' values."""
+    yield from graph.initializer
+    for n in graph.node:
+        for a in n.attribute:
+            if n.op_type == "Constant" and a.name == "value" and a.type == onnx.AttributeProto.TENSOR:
+                t = onnx.TensorProto()
+                t.CopyFrom(a.t)
+                if not t.name:
+                    t.name = n.output[0] if n.output else n.name
+                yield t
+            elif a.type == onnx.AttributeProto.GRAPH:
+                yield from _constant_tensors(a.g)
+            elif a.type == onnx.AttributeProto.GRAPHS:
+                for g in a.graphs:
+                    yield from _constant_tensors(g)
+
+
+def _weight_names(graph: onnx.GraphProto, out: set[str]) -> set[str]:
+    """Names read as weights, biases or slopes (inputs after the first of :data:`WEIGHT_OPS`) or as
+    quantization scales, in ``graph`` and its subgraphs."""
+    for n in graph.node:
+        if n.op_type in WEIGHT_OPS or n.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            out.update(i for i in n.input[1:] if i)
+        for a in n.attribute:
+            for g in ([a.g] if a.type == onnx.AttributeProto.GRAPH else list(a.graphs)):
+                _weight_names(g, out)
+    return out
+
+
+def non_finite_constants(model: onnx.ModelProto) -> list[tuple[str, int, int, int]]:
+    """The float constants of ``model`` (initializers, Constant nodes, in subgraphs too) that hold NaN,
+    and the weights, biases, slopes and scales that hold an infinity (elsewhere -inf is a legitimate
+    constant: an attention mask's): (name, NaN count, Inf count, element count) each, in the
+    model's order."""
+    from onnx import numpy_helper
+
+    weights = _weight_names(model.graph, set())
+    out = []
+    for t in _constant_tensors(model.graph):
+        if t.data_type not in _FLOAT_TYPES:
+            continue
+        try:
+            a = numpy_helper.to_array(t)
+        except Exception:  # noqa: BLE001 - data nafix cannot read here is reported where it is used
+            continue
+        if a.dtype.kind != "f":  # bfloat16: ml_dtypes' type (kind 'V'), or its raw 16 bits in older onnx
+            a = (a.astype(np.uint32) << 16).view(np.float32) if a.dtype == np.uint16 else a.astype(np.float32)
+        finite = np.isfinite(a)
+        if finite.all():
+            continue
+        nan = int(np.isnan(a).sum())
+        inf = int(a.size - finite.sum()) - nan if t.name in weights else 0
+        if nan or inf:
+            out.append((t.name, nan, inf, int(a.size)))
+    return out
+
+
+def check_finite_constants(model: onnx.ModelProto, model_name: str = "the model") -> None:
+    """Raise :class:`~fixer.errors.InputError` naming every float constant that holds NaN or Inf:
+    no scale can represent them (onnxruntime's quantizer fails with ``AssertionError: scale issue``)."""
+    from ..errors import InputError
+
+    bad = non_finite_constants(model)
+    if not bad:
+        return
+
+    def one(name, nan, inf, size) -> str:
+        what = " and ".join(w for w in (f"{nan} NaN" if nan else "", f"{inf} Inf" if inf else "") if w)
+        return f"'{name}' ({what} of {size} values)"
+
+    listed = ", ".join(one(*b) for b in bad[:5]) + (f" and {len(bad) - 5} more" if len(bad) > 5 else "")
+    kinds = " or ".join(k for k, hit in (("NaN", any(b[1] for b in bad)), ("Inf", any(b[2] for b in bad))) if hit)
+    raise InputError(f"{model_name}: cannot quantize: the float constant(s) {listed} hold {kinds}, which no "
+                     f"quantization scale can represent; replace those values in the model.")
+
+
 def _analysis_copy(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy for nafix's placement: unique node names, dynamic input dimensions pinned to 1 (as
     calibration runs them), shapes re-inferred."""

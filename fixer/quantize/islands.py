@@ -164,6 +164,15 @@ def requantize_islands(model: onnx.ModelProto, *, calib: CalibrationOptions, pro
             touched.update(i for i in n.input if i)
             touched.update(o for o in n.output if o)
     renamed = _rename_collisions(m, touched)
+    if renamed:
+        # a renamed island node or touched tensor (a name that starts like onnxruntime's names for
+        # another touched tensor: NAF002's 'conv__nafix_5' beside the tensor 'conv') goes to
+        # onnxruntime by its new name: nodes_to_quantize naming the old one would leave it in float
+        fwd = {old: new for new, old in renamed.items()}
+        islands_for_ort = [fwd.get(n, n) for n in islands_for_ort]
+        island_set = set(islands_for_ort)
+        touched = {fwd.get(t, t) for t in touched}
+        tensor_overrides = {fwd.get(k, k): v for k, v in (tensor_overrides or {}).items()}
     graph = read_graph(m)
     tensors = graph.tensors()
     overrides: dict[str, list[dict]] = {}

@@ -186,3 +186,28 @@ def gemm_dynamic_weight(k: int = 64, n: int = 32, qdq: bool = False) -> onnx.Mod
     g.node("Gemm", "gemm", [x, w, c], ["y"], transB=1)
     g.output("y")
     return g.model("gemm_dynamic_weight", qdq)
+
+
+# ------------------------------------------------------------------------------------------ denoiser-like
+
+
+def denoiser_like(cin: int = 16, c: int = 257, hw: tuple = (1, 4), qdq: bool = True) -> onnx.ModelProto:
+    """The shape of the forum denoiser's wide layers (issue 32): x[1,cin,H,W] -> Conv(c, 1x1) -> Relu
+    -> Conv(c -> c, 1x1) -> Relu -> GlobalAveragePool -> Flatten -> Gemm(c -> c) -> Sigmoid -> ``y``.
+    A Conv with ``c`` output channels, one with ``c`` input and output channels, and a Gemm with ``c``
+    input and output features; quantized the ST way with ``qdq``."""
+    g = _G(8)
+    x = g.input("x", [1, cin, *hw])
+    y = g.node("Conv", "conv_a", [x, g.weight("conv_a.weight", (c, cin, 1, 1)), g.weight("conv_a.bias", (c,), 0.1)],
+               kernel_shape=[1, 1])
+    y = g.node("Relu", "relu_a", [y])
+    y = g.node("Conv", "conv_b", [y, g.weight("conv_b.weight", (c, c, 1, 1)), g.weight("conv_b.bias", (c,), 0.1)],
+               kernel_shape=[1, 1])
+    y = g.node("Relu", "relu_b", [y])
+    y = g.node("GlobalAveragePool", "gap", [y])
+    y = g.node("Flatten", "flatten", [y])
+    y = g.node("Gemm", "gemm", [y, g.weight("gemm.weight", (c, c), 1.0 / np.sqrt(c)), g.weight("gemm.bias", (c,), 0.1)],
+               transB=1)
+    g.node("Sigmoid", "sigmoid", [y], ["y"])
+    g.output("y")
+    return g.model("denoiser_like", qdq)
