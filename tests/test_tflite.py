@@ -369,3 +369,19 @@ def test_compile_and_fix_compile_pass_the_tflite_to_stedgeai(tmp_path, capsys, m
     assert st["before"]["ok"] and st["after"]["ok"] and st["after"]["hw_ratio"] > st["before"]["hw_ratio"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         ["movenet_like.tflite", "movenet_like.nafix.onnx", "movenet_like.nafix.json", "movenet_like.nafix.h"])
+
+
+def test_xnnpack_requantization_is_told_apart_from_an_import_fault():
+    """XNNPACK's int8 -> int8 requantization (the interpreter's default delegate) keeps 8 fractional bits
+    of the scale ratio: on a real YOLOv8n-pose QUANTIZE (input scale 1/256, output scale 0.0066836) the step
+    64 lands at 37.405 + zp exactly but at 37.5 + zp in the delegate, which rounds it up. The check explains
+    such a value by the delegate's arithmetic and nothing else: exact values stay exact."""
+    info = np.iinfo(np.int8)
+    in_scale, out_scale, zp = 0.00390625, 0.00668359687551856, -111
+    steps = np.array([64, 76, 0, -20, 127], dtype=np.float64)
+    deq = (steps * in_scale).astype(np.float32)
+    got = tflite_check._xnnpack_requantized(deq, in_scale, out_scale, zp, info)
+    exact = np.clip(np.floor(steps * in_scale / out_scale + zp + 0.5), info.min, info.max)
+    assert got[0] == -73 and exact[0] == -74  # the delegate's rounding, one LSB above the exact one
+    assert got[2] == exact[2] == zp
+    assert np.all(np.abs(got - exact) <= 1)
