@@ -65,9 +65,10 @@ def terminal(text: Any) -> str:
 def github_data(text: Any) -> str:
     """The message of a GitHub workflow command (after the second ``::``): GitHub's own escaping
     of ``%``, CR and LF (the runner decodes them), then :func:`visible` for the other control
-    characters. Threat: a newline in a name ends the annotation and starts a command of its own."""
+    characters, and ``##[`` defused as in :func:`terminal`. Threat: a newline in a name ends the
+    annotation and starts a command of its own."""
     s = (text if isinstance(text, str) else str(text)).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-    return visible(s)
+    return visible(s).replace("##[", "##\\[")
 
 
 def github_property(text: Any) -> str:
@@ -112,10 +113,14 @@ def markdown_code(text: Any, *, table: bool = False) -> str:
     """``text`` as an inline code span whatever it holds: the fence is one backtick longer than
     the longest run inside, padded when the text starts or ends with a backtick or a blank;
     :func:`visible` first. With ``table``, ``|`` is escaped as GFM requires inside a cell (a code
-    span does not protect it). Threat: a backtick in a name closes the span and the rest renders
-    as Markdown or HTML; a ``|`` splits the cell."""
+    span does not protect it); a text holding a backslash right before a ``|`` is written as
+    :func:`markdown` text instead, since GFM pairs a backslash with the next character before it
+    splits cells. Threat: a backtick in a name closes the span and the rest renders as Markdown or
+    HTML; a ``|`` splits the cell."""
     s = visible(text).replace("##[", "##\\[")
     if table:
+        if "\\|" in s:
+            return markdown(text)
         s = s.replace("|", "\\|")
     if not s:
         return "` `"
