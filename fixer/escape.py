@@ -85,16 +85,23 @@ def github_property(text: Any) -> str:
 # ASCII punctuation that means something inline in CommonMark / GFM (emphasis, code, links and
 # images, raw HTML and entities, table cells, strike-through, heading closers, math): each gets a
 # backslash, which CommonMark defines as "this character, literally" for any ASCII punctuation.
-_MD_SPECIAL = re.compile(r"[\\`*\[\]<>|~#&$]|(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")
+_MD_SPECIAL = re.compile(r"[\\`*\[\]<>|~#&$]|_+")
+
+
+def _md_escape(m: re.Match) -> str:
+    g, s, a, b = m.group(), m.string, m.start(), m.end()
+    if g[0] == "_" and 0 < a and b < len(s) and (s[a - 1] + s[b]).isascii() and s[a - 1].isalnum() and s[b].isalnum():
+        return g  # inside a word: CommonMark takes no emphasis from it
+    return "".join("\\" + c for c in g)
 
 
 def markdown(text: Any) -> str:
     """Literal inline Markdown text (a table cell, a list item, a heading): :func:`visible` (one
     line: a table row keeps its columns), then a backslash before each character Markdown would
-    act on (an ``_`` inside a word is literal already and keeps its look). Threat: ``|`` splits a
+    act on (a run of ``_`` inside a word is literal already and keeps its look). Threat: ``|`` splits a
     table cell, a newline ends the row or starts a block, backticks end a code span, ``<script>``
     and other raw HTML pass through to a page that renders the report, ``[x](url)`` plants a link."""
-    return _MD_SPECIAL.sub(lambda m: "\\" + m.group(), visible(text).replace("##[", "##\\["))
+    return _MD_SPECIAL.sub(_md_escape, visible(text).replace("##[", "##\\["))
 
 
 _HTML_OPEN = re.compile(r"<(?=[A-Za-z/!?])")  # where CommonMark starts raw HTML or an autolink ("<=" is text)
