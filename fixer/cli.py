@@ -7,7 +7,6 @@ Exit codes: 0 = success (fixed and verified, or nothing to fix), 1 = findings re
 from __future__ import annotations
 
 import io
-import json
 import logging
 import os
 import sys
@@ -19,7 +18,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from . import __version__
+from . import __version__, escape
 from .errors import NafixError
 
 app = typer.Typer(
@@ -58,8 +57,10 @@ def _stdout(text: str) -> None:
         _stdout_to_devnull()
 
 
-out = _Console(soft_wrap=False)
-# soft_wrap: an error is one line on stderr whatever the terminal width (scripts grep for "error:")
+# soft_wrap: a line is never broken at the console width (a terminal wraps it for the eye), so a
+# piece of a name never starts a line of its own in a CI log, and an error is one line on stderr
+# whatever the terminal width (scripts grep for "error:"). Tables keep their columns.
+out = _Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 _state = {"debug": False}
@@ -80,9 +81,24 @@ class FailOn(str, Enum):
     never = "never"
 
 
+def _line(text: str, style: str = "") -> Text:
+    """A line nafix prints: never Rich markup (names may hold '['), and the names and messages in it
+    escaped for a terminal or CI log (one line, no control character, no workflow command; see
+    :func:`fixer.escape.terminal`)."""
+    return Text(escape.terminal(text), style=style)
+
+
 def _error(message: str) -> None:
     """Print ``error: <message>`` as one line; the message is text, never Rich markup (paths may hold '[')."""
-    err.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
+    err.print(Text.assemble(("error:", "bold red"), " ", escape.terminal(message)), highlight=False)
+
+
+class _LogFormatter(logging.Formatter):
+    """Log lines (``--debug``, warnings of the libraries) escaped like every other line nafix prints;
+    a traceback of ``--debug`` keeps its lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape.terminal(super().formatMessage(record))
 
 
 def _fail(exc: NafixError) -> None:
@@ -102,7 +118,9 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ):
     _state["debug"] = debug
-    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(_LogFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, handlers=[handler])
 
 
 def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core=None):
@@ -203,9 +221,9 @@ def audit_cmd(
         _emit(baseline_text(report), baseline_target, force=force, protected=protected)
     if comparison is not None:
         for c in comparison.improvements:
-            err.print(Text(f"improved: {c.message}"), highlight=False)
+            err.print(_line(f"improved: {c.message}"), highlight=False)
         for c in comparison.regressions:
-            err.print(Text(f"new: {c.message}", style="bold red"), highlight=False)
+            err.print(_line(f"new: {c.message}", style="bold red"), highlight=False)
     if errors:  # one line whatever the count: each model has its error row in the report
         first = errors[0]["error"]
         _error(first if len(errors) == 1 else
@@ -213,7 +231,7 @@ def audit_cmd(
         raise typer.Exit(2)
     if comparison is not None:
         if comparison.regressions:
-            err.print(Text(f"{len(comparison.regressions)} finding(s) new or worse than the baseline {baseline}.",
+            err.print(_line(f"{len(comparison.regressions)} finding(s) new or worse than the baseline {baseline}.",
                            style="bold red"), highlight=False)
             raise typer.Exit(1)
         return
@@ -246,7 +264,7 @@ def audit_merge_cmd(
     except NafixError as exc:
         _fail(exc)
     for w in warnings:
-        err.print(Text(f"warning: {w}", style="yellow"), highlight=False)
+        err.print(_line(f"warning: {w}", style="yellow"), highlight=False)
     _render_audit(report, fmt, target, verbose, force=force, protected=inputs)
     if any(r.get("error") for r in report["models"]):
         raise typer.Exit(2)
@@ -258,7 +276,7 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
     from .report import audit_markdown, audit_renderables
 
     if fmt == Format.json:
-        _emit(json.dumps(report, indent=2) + "\n", output, force=force, protected=protected)
+        _emit(escape.json_text(report, indent=2) + "\n", output, force=force, protected=protected)
     elif fmt == Format.markdown:
         _emit(audit_markdown(report), output, force=force, protected=protected)
     elif fmt in (Format.sarif, Format.github, Format.html):
@@ -374,15 +392,15 @@ def fix_cmd(
     except Exception as exc:  # noqa: BLE001 - a corrupt model is bad input; anything else is nafix's bug
         _invalid_model_or_raise(model, exc)
     if fmt == OutFormat.json:
-        _stdout(json.dumps(fix_dict(result), indent=2) + "\n")
+        _stdout(escape.json_text(fix_dict(result), indent=2) + "\n")
     else:
         for r in fix_renderables(result, verbose=verbose):
             out.print(r)
     if result.compiled is None and fmt == OutFormat.table:
         _mention_stedgeai(stedgeai)
     if not result.verified:
-        err.print(f"[bold red]error:[/] verification failed for rule(s) {', '.join(result.verification.rules)}; "
-                  "nothing written" + (" (kept with --keep-failed)" if result.written else ""), highlight=False)
+        _error(f"verification failed for rule(s) {', '.join(result.verification.rules)}; "
+               "nothing written" + (" (kept with --keep-failed)" if result.written else ""))
         raise typer.Exit(1)
     if result.regression is not None:  # the never-worse promise over the whole run (fixer.api._worse_than_input)
         _error(result.regression)
@@ -442,7 +460,7 @@ def _calib_options(path, size, layout, scale, mean, std, order, samples, method,
 
 def _stream_line(label: str, line: str) -> None:
     """One line of stedgeai's output, printed as plain text (it may hold '[...]', never Rich markup)."""
-    err.print(Text.assemble((f"stedgeai ({label}):", "dim"), " ", line), highlight=False)
+    err.print(Text.assemble((escape.terminal(f"stedgeai ({label}):"), "dim"), " ", escape.terminal(line)), highlight=False)
 
 
 def _mention_stedgeai(explicit: Optional[str]) -> None:
@@ -452,14 +470,14 @@ def _mention_stedgeai(explicit: Optional[str]) -> None:
     try:
         tool = find_stedgeai(explicit)
     except NafixError as exc:
-        err.print(f"note: {exc.message}", highlight=False, markup=False)
+        err.print(_line(f"note: {exc.message}"), highlight=False)
         return
     if tool is None:
         err.print("note: stedgeai not found (--stedgeai, STEDGEAI_CORE_DIR or PATH): figures above are nafix "
                   "estimates only.", style="dim", highlight=False)
     else:
-        err.print(f"note: stedgeai found at {tool}; add --compile to measure real epochs before and after.", markup=False,
-                  style="dim", highlight=False)
+        err.print(_line(f"note: stedgeai found at {tool}; add --compile to measure real epochs before and after.",
+                        style="dim"), highlight=False)
 
 
 @app.command("compile")
@@ -510,7 +528,7 @@ def compile_cmd(
     except Exception as exc:  # noqa: BLE001 - a corrupt model is bad input; anything else is nafix's bug
         _invalid_model_or_raise(model, exc)
     if fmt == OutFormat.json:
-        _emit(json.dumps({"nafix_version": __version__,
+        _emit(escape.json_text({"nafix_version": __version__,
                           "stedgeai": {"tool": str(tool), "version": version, "model": str(model), **compiled.summary()},
                           "estimate": analysis.estimate.as_dict(), "estimated": True}, indent=2) + "\n",
               target, force=force, protected=[model])
@@ -539,7 +557,7 @@ def calibrate_cmd(
     except NafixError as exc:
         _fail(exc)
     if fmt == OutFormat.json:
-        _stdout(json.dumps({"estimated": True, "summary": summary(rows),
+        _stdout(escape.json_text({"estimated": True, "summary": summary(rows),
                                      "rows": [r.as_dict() for r in rows]}, indent=2) + "\n")
     else:
         _stdout(calibration_table(rows))
@@ -577,23 +595,23 @@ def explain_cmd(
             data["report"] = {"version": report.version, "epochs": report.epochs, "sw_epochs": report.sw_epochs,
                               "hybrid_epochs": report.hybrid_epochs, "hw_ratio": round(report.hw_ratio, 4),
                               "sw_ops": list(report.sw_ops)}
-        _emit(json.dumps(data, indent=2, default=str) + "\n", target, force=force, protected=protected)
+        _emit(escape.json_text(data, indent=2, default=str) + "\n", target, force=force, protected=protected)
         return
     lines: list[Text] = []
     if report is not None:
-        lines.append(Text(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
+        lines.append(_line(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
                           f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, "
                           f"HW ratio {report.hw_ratio:.1%} (measured)"))
         if report.sw_ops:
             from collections import Counter
 
-            lines.append(Text("SW epochs: " + ", ".join(f"{op} x{n}" for op, n in Counter(report.sw_ops).most_common())))
+            lines.append(_line("SW epochs: " + ", ".join(f"{op} x{n}" for op, n in Counter(report.sw_ops).most_common())))
     if not found:
         lines.append(Text("no known error or warning recognised."))
     for k in found:
-        lines.append(Text.assemble((k.code, "bold"), f": {k.cause} [{k.tag}]"))
-        lines.append(Text(f"  evidence: {k.evidence_line.strip()}"))
-        lines.append(Text(f"  fix: {_fix_text(k)}"))
+        lines.append(Text.assemble((escape.terminal(k.code), "bold"), escape.terminal(f": {k.cause} [{k.tag}]")))
+        lines.append(_line(f"  evidence: {k.evidence_line.strip()}"))
+        lines.append(_line(f"  fix: {_fix_text(k)}"))
     if target is not None:
         _emit(_as_text(lines), target, force=force, protected=protected)
         return
@@ -663,13 +681,14 @@ def rules_cmd(
     from .engine import GUARANTEE
     from .rules import SELECTION_TEXT
 
-    t = Table(title="nafix rules", expand=False, caption=f"{SELECTION_TEXT} {GUARANTEE}".replace("`", ""))
+    t = Table(title="nafix rules", expand=False, caption=Text(f"{SELECTION_TEXT} {GUARANTEE}".replace("`", "")))
     t.add_column("id")
     t.add_column("name")
     t.add_column("summary", overflow="fold")
     t.add_column("verify")
     for r in loaded:
-        t.add_row(r.id, r.name + (" (opt-in)" if r.opt_in else ""), r.summary, r.verify.describe())
+        t.add_row(_line(r.id), _line(r.name + (" (opt-in)" if r.opt_in else "")), _line(r.summary),
+                  _line(r.verify.describe()))
     out.print(t)
 
 
@@ -688,7 +707,7 @@ def _as_text(renderables) -> str:
     """Rich renderables as plain text for a file, marked as nafix's (so a rerun may replace it)."""
     from .outputs import text_mark
 
-    rec = Console(record=True, width=160, file=io.StringIO())
+    rec = Console(record=True, width=160, file=io.StringIO(), soft_wrap=True)
     for r in renderables:
         rec.print(r)
     return text_mark() + "\n" + rec.export_text()
@@ -705,7 +724,7 @@ def _emit(text: str, output: Optional[Path], *, force: bool = False, protected=(
         write_output(output, text, kind=REPORT, force=force, protected=protected, what="report")
     except NafixError as exc:
         _fail(exc)
-    err.print(Text(f"wrote {output}"), highlight=False)
+    err.print(_line(f"wrote {output}"), highlight=False)
 
 
 def _click_exceptions():

@@ -7,13 +7,23 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from . import __version__
+from . import __version__, escape
 from .results import AuditResult, FixResult, ModelAnalysis
 
 ESTIMATE_NOTE = (
     "Epoch counts, HW ratios and memory figures are estimated by nafix's placement model "
     "(not measured by stedgeai)."
 )
+
+
+def _t(text: str, style: str | None = None, *, no_wrap: bool = False):
+    """One line of console text as a ``rich.text.Text``: never Rich markup, and every untrusted part
+    (names, messages) escaped for a terminal or CI log by :func:`fixer.escape.terminal` (the whole
+    line goes through it: nafix's own words hold nothing it changes). ``no_wrap`` keeps a table
+    title on one line, so no part of a name can start a line of its own."""
+    from rich.text import Text
+
+    return Text(escape.terminal(text), style=style or "", no_wrap=no_wrap, overflow="ignore" if no_wrap else None)
 
 
 def kib(n: int | None) -> str:
@@ -103,39 +113,39 @@ def audit_markdown(report: dict[str, Any]) -> str:
     from .outputs import text_mark
 
     rows = report["models"]
-    lines = [f"# nafix audit (profile {report['profile']})", "", text_mark(report.get("nafix_version")), "",
+    lines = [f"# nafix audit (profile {_md(report['profile'])})", "", text_mark(report.get("nafix_version")), "",
              f"_{ESTIMATE_NOTE}_", "",
              "| model | est. epochs | est. SW epochs | est. HW ratio | SW ops | peak activations | fits on-chip |",
              "|---|---|---|---|---|---|---|"]
     for m in rows:
         if not _ok(m):
-            lines.append(f"| `{m['path']}` | error | | | {_md(m['error'] or 'error')} | | |")
+            lines.append(f"| {_mdc(m['path'])} | error | | | {_md(m['error'] or 'error')} | | |")
             continue
         e, mem = m["estimate"], m["memory"]
         lines.append(
-            f"| `{_name(m)}` | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} | {_sw_summary(m)} | "
+            f"| {_mdc(_name(m))} | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} | {_md(_sw_summary(m))} | "
             f"{kib(mem['peak_activation_bytes'])} | {'yes' if mem['fits_on_chip'] else '**no**'} |"
         )
     for m in rows:
         if not _ok(m):
             continue
-        lines += ["", f"## {_name(m)}", ""]
+        lines += ["", f"## {_md(_name(m))}", ""]
         sw = m["sw_nodes"]
         if sw:
             lines += ["| node | op | why it runs in SW |", "|---|---|---|"]
             for n in sw:
                 why = "<br>".join(_md(r) for r in n["reasons"])
-                lines.append(f"| `{n['name']}` | {n['op_type']} | {why} |")
+                lines.append(f"| {_mdc(n['name'])} | {_md(n['op_type'])} | {why} |")
         else:
             lines.append("No SW node predicted.")
         for r in m["findings"]:
-            lines.append(f"- **{r['severity']}**: {_md(r['requirement'])} ({_md(r['detail'])}) [{r['tag']}]")
+            lines.append(f"- **{_md(r['severity'])}**: {_md(r['requirement'])} ({_md(r['detail'])}) [{_md(r['tag'])}]")
         for n in m.get("notes") or []:
-            lines.append(f"- note on `{n['name']}`: {_md(n['note'])}")
+            lines.append(f"- note on {escape.markdown_code(n['name'])}: {_md(n['note'])}")
         mem = m["memory"]
         lines.append(
             f"- memory (estimated): weights {kib(mem['weights_bytes'])}, peak activations "
-            f"{kib(mem['peak_activation_bytes'])} at `{mem['peak_at']}`, on-chip capacity "
+            f"{kib(mem['peak_activation_bytes'])} at {escape.markdown_code(mem['peak_at'])}, on-chip capacity "
             f"{kib(mem['onchip_activation_capacity_bytes'])}"
         )
     if len(rows) > 1 and report.get("summary"):
@@ -143,8 +153,14 @@ def audit_markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _md(s: str) -> str:
-    return s.replace("|", "\\|").replace("\n", " ")
+def _md(s: Any) -> str:
+    """Untrusted text in a Markdown cell, list item or heading (:func:`fixer.escape.markdown`)."""
+    return escape.markdown(s)
+
+
+def _mdc(s: Any) -> str:
+    """A name as inline code in a Markdown table cell (:func:`fixer.escape.markdown_code`)."""
+    return escape.markdown_code(s, table=True)
 
 
 def model_summary_line(path_name: str, a: ModelAnalysis) -> str:
@@ -195,93 +211,89 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
     """Rich renderables for the console audit report: a summary table, then per model the SW nodes
     grouped by the requirement they fail (each requirement printed once), then the zoo summary."""
     from rich.table import Table
-    from rich.text import Text
 
     rows = report["models"]
     out: list[Any] = []
-    summary = Table(title=f"nafix audit - profile {report['profile']} (estimated)", expand=False)
+    summary = Table(title=_t(f"nafix audit - profile {report['profile']} (estimated)", no_wrap=True), expand=False)
     for col, just in (("model", "left"), ("epochs", "right"), ("SW", "right"), ("HW ratio", "right"),
                       ("SW ops", "left"), ("peak act.", "right"), ("on-chip", "center")):
         summary.add_column(col, justify=just, overflow="fold")
     for m in rows:
         if not _ok(m):
-            summary.add_row(Text(_name(m)), "-", "-", "-", Text(m.get("error") or "error", style="red"), "-", "-")
+            summary.add_row(_t(_name(m)), "-", "-", "-", _t(m.get("error") or "error", style="red"), "-", "-")
             continue
         e, mem = m["estimate"], m["memory"]
         summary.add_row(
-            Text(_name(m)), str(e["epochs"]), str(e["sw_epochs"]), f"{e['hw_ratio']:.1%}", _sw_summary(m),
-            kib(mem["peak_activation_bytes"]), "yes" if mem["fits_on_chip"] else Text("NO", style="bold red"),
+            _t(_name(m)), str(e["epochs"]), str(e["sw_epochs"]), f"{e['hw_ratio']:.1%}", _t(_sw_summary(m)),
+            kib(mem["peak_activation_bytes"]), "yes" if mem["fits_on_chip"] else _t("NO", style="bold red"),
         )
     out.append(summary)
     for m in rows:
         if not _ok(m):
             continue
-        out.append(Text(""))
-        out.append(Text(row_summary_line(_name(m), m), style="bold"))
+        out.append(_t(""))
+        out.append(_t(row_summary_line(_name(m), m), style="bold"))
         for unit, req, tag, items in grouped_row_reasons(m):
-            out.append(Text(f"  {unit} x{len(items)}: {req} [{tag}]", style="yellow"))
+            out.append(_t(f"  {unit} x{len(items)}: {req} [{tag}]", style="yellow"))
             shown = items if verbose else items[:6]
             for name, op, detail in shown:
-                out.append(Text(f"      {detail}"))
+                out.append(_t(f"      {detail}"))
             if len(shown) < len(items):
-                out.append(Text(f"      ... and {len(items) - len(shown)} more (--verbose lists all)", style="dim"))
+                out.append(_t(f"      ... and {len(items) - len(shown)} more (--verbose lists all)", style="dim"))
         for r in m["findings"]:
             style = "red" if r["severity"] == "compile_error" else "yellow"
             label = {"compile_error": "COMPILE ERROR", "hang": "BOARD HANG", "note": "NOTE"}.get(r["severity"], r["severity"])
-            out.append(Text(f"  {label}: {r['requirement']} ({r['detail']}) [{r['tag']}]", style=style))
+            out.append(_t(f"  {label}: {r['requirement']} ({r['detail']}) [{r['tag']}]", style=style))
         if verbose:
             for _, req, tag, items in grouped_row_reasons(m, notes=True):
-                out.append(Text(f"  note x{len(items)}: {req} [{tag}]", style="dim"))
+                out.append(_t(f"  note x{len(items)}: {req} [{tag}]", style="dim"))
                 for name, op, detail in items:
-                    out.append(Text(f"      {detail}", style="dim"))
+                    out.append(_t(f"      {detail}", style="dim"))
     if len(rows) > 1 and report.get("summary"):
-        out.append(Text(""))
-        out.append(Text("zoo summary (estimated):", style="bold"))
+        out.append(_t(""))
+        out.append(_t("zoo summary (estimated):", style="bold"))
         for line in summary_lines(report["summary"]):
-            out.append(Text(f"  {line}"))
-    out.append(Text(""))
-    out.append(Text(ESTIMATE_NOTE, style="dim"))
+            out.append(_t(f"  {line}"))
+    out.append(_t(""))
+    out.append(_t(ESTIMATE_NOTE, style="dim"))
     return out
 
 
 def quantization_renderables(q: dict, result):
     """What --quantize did: calibration, accuracy per output, the worst tensors."""
-    from rich.text import Text
-
     out: list[Any] = []
     kind = q.get("input_kind")
     cal = q.get("calibration")
     what = {"float": "float model quantized with onnxruntime (int8 activations, int8 symmetric per-channel weights)",
             "uint8": "uint8 activations converted to int8", "qdq": "float islands quantized, existing scales kept"}
-    out.append(Text(f"quantization: {what.get(kind, kind)}; calibration: {cal}"
+    out.append(_t(f"quantization: {what.get(kind, kind)}; calibration: {cal}"
                     + (f" ({q['samples']} samples)" if q.get("samples") and cal != "none" else ""), style="bold"))
     if cal == "random":
-        out.append(Text("  WARNING: calibrated on random data; pass --calib with real samples", style="bold red"))
+        out.append(_t("  WARNING: calibrated on random data; pass --calib with real samples", style="bold red"))
     pre = getattr(result, "pre_engine", None)
     if pre is not None and pre.changes:
-        out.append(Text(f"  float rewrites before quantization ({len(pre.changes)}):"))
+        out.append(_t(f"  float rewrites before quantization ({len(pre.changes)}):"))
         for c in pre.changes:
-            out.append(Text(f"    {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
+            out.append(_t(f"    {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
     if q.get("accuracy_samples") and q.get("outputs"):
-        out.append(Text(f"  accuracy on the first {q['accuracy_samples']} sample(s):"))
+        out.append(_t(f"  accuracy on the first {q['accuracy_samples']} sample(s):"))
     for o in q.get("outputs", []):
-        out.append(Text(f"  {o['name']}: cosine {o['cosine']:.5f}, SNR {o['snr_db']:.1f} dB, max abs error "
+        out.append(_t(f"  {o['name']}: cosine {o['cosine']:.5f}, SNR {o['snr_db']:.1f} dB, max abs error "
                         f"{o['max_abs_error']:.3g} (quantized vs original)"))
     worst = q.get("worst_tensors", [])[:3]
     if worst:
-        out.append(Text("  lowest SQNR: " + ", ".join(f"{w['tensor']} {w['sqnr_db']:.1f} dB" for w in worst), style="dim"))
+        out.append(_t("  lowest SQNR: " + ", ".join(f"{w['tensor']} {w['sqnr_db']:.1f} dB" for w in worst), style="dim"))
     for p in q.get("problems", []):
-        out.append(Text(f"  problem: {p}", style="yellow"))
+        out.append(_t(f"  problem: {p}", style="yellow"))
     return out
 
 
 def comparison_renderables(comp):
     """Measured before/after epochs from stedgeai, and where the estimate disagreed."""
     from rich.table import Table
-    from rich.text import Text
 
     out: list[Any] = []
-    t = Table(title=f"stedgeai {comp.version} (measured)", expand=False)
+    t = Table(title=_t(f"stedgeai {comp.version} (measured)", no_wrap=True), expand=False)
     for col in ("", "epochs", "SW epochs", "hybrid", "HW ratio", "SW ops"):
         t.add_column(col)
     for cm in (comp.before, comp.after):
@@ -289,59 +301,55 @@ def comparison_renderables(comp):
             continue
         rep = cm.result.report
         if rep is None:
-            t.add_row(cm.label, "-", "-", "-", "-", Text("compile failed" if not cm.result.ok else "no report", style="red"))
+            t.add_row(_t(cm.label), "-", "-", "-", "-", _t("compile failed" if not cm.result.ok else "no report", style="red"))
         else:
-            t.add_row(cm.label, str(rep.epochs), str(rep.sw_epochs), str(rep.hybrid_epochs if rep.hybrid_epochs is not None else 'n/a'), f"{rep.hw_ratio:.1%}",
-                      ", ".join(rep.sw_ops) or "-")
+            t.add_row(_t(cm.label), str(rep.epochs), str(rep.sw_epochs), str(rep.hybrid_epochs if rep.hybrid_epochs is not None else 'n/a'), f"{rep.hw_ratio:.1%}",
+                      _t(", ".join(rep.sw_ops) or "-"))
     out.append(t)
     for cm in (comp.before, comp.after):
         if cm is None:
             continue
         out.extend(_compiled_details(cm))
-    out.append(Text("real HW-epoch ratio " + ("increased (or was already 100 %)" if comp.improved else "did NOT increase"),
+    out.append(_t("real HW-epoch ratio " + ("increased (or was already 100 %)" if comp.improved else "did NOT increase"),
                     style="green" if comp.improved else "bold red"))
     return out
 
 
 def _compiled_details(cm):
-    from rich.text import Text
-
     out = []
     for k in cm.result.known_errors:
-        out.append(Text(f"  {cm.label}: {k.code}: {k.cause} -> fix: {k.fix}", style="yellow"))
+        out.append(_t(f"  {cm.label}: {k.code}: {k.cause} -> fix: {k.fix}", style="yellow"))
     for p in cm.result.problems:
-        out.append(Text(f"  {cm.label}: {p}", style="yellow"))
+        out.append(_t(f"  {cm.label}: {p}", style="yellow"))
     rep = cm.result.report
     if rep is not None:
         for pool in rep.memory:
-            out.append(Text(f"  {cm.label}: {pool.name} {kib(pool.used_bytes)} / {kib(pool.total_bytes)}", style="dim"))
+            out.append(_t(f"  {cm.label}: {pool.name} {kib(pool.used_bytes)} / {kib(pool.total_bytes)}", style="dim"))
     if cm.disagreements:
-        out.append(Text(f"  {cm.label}: where nafix's estimate disagreed with stedgeai:", style="bold"))
+        out.append(_t(f"  {cm.label}: where nafix's estimate disagreed with stedgeai:", style="bold"))
         for d in cm.disagreements:
             if d["what"] == "node":
-                out.append(Text(f"    node '{d['node']}' ({d['op']}): predicted {d['predicted']}, actual {d['actual']}"))
+                out.append(_t(f"    node '{d['node']}' ({d['op']}): predicted {d['predicted']}, actual {d['actual']}"))
             elif d["what"] == "sw_ops":
-                out.append(Text(f"    {d['op']}: predicted {d['predicted']} SW epoch(s), actual {d['actual']}"))
+                out.append(_t(f"    {d['op']}: predicted {d['predicted']} SW epoch(s), actual {d['actual']}"))
             else:
-                out.append(Text(f"    epochs: predicted {d['predicted']}, actual {d['actual']}"))
+                out.append(_t(f"    epochs: predicted {d['predicted']}, actual {d['actual']}"))
     return out
 
 
 def compile_renderables(cm, version, analysis):
-    from rich.text import Text
-
     out: list[Any] = []
     rep = cm.result.report
     if rep is not None:
-        out.append(Text(f"stedgeai {version} (measured): {rep.epochs} epochs, {rep.sw_epochs} SW, "
+        out.append(_t(f"stedgeai {version} (measured): {rep.epochs} epochs, {rep.sw_epochs} SW, "
                         f"{rep.hybrid_epochs if rep.hybrid_epochs is not None else 'n/a'} hybrid, HW ratio {rep.hw_ratio:.1%}", style="bold"))
         if rep.sw_ops:
-            out.append(Text("  SW ops: " + ", ".join(rep.sw_ops)))
+            out.append(_t("  SW ops: " + ", ".join(rep.sw_ops)))
     else:
-        out.append(Text(f"stedgeai {version}: " + ("compile failed" if not cm.result.ok else "no report found"),
+        out.append(_t(f"stedgeai {version}: " + ("compile failed" if not cm.result.ok else "no report found"),
                         style="bold red"))
     e = analysis.estimate
-    out.append(Text(f"nafix estimate: {e.epochs} epochs, {e.sw_epochs} SW, HW ratio {e.hw_ratio:.1%}", style="dim"))
+    out.append(_t(f"nafix estimate: {e.epochs} epochs, {e.sw_epochs} SW, HW ratio {e.hw_ratio:.1%}", style="dim"))
     out.extend(_compiled_details(cm))
     return out
 
@@ -478,31 +486,33 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
     }
 
 
-def _c_ident(name: str) -> str:
-    import re
-
-    s = re.sub(r"[^0-9A-Za-z]", "_", name).upper().strip("_") or "T"
-    return s if not s[0].isdigit() else "T_" + s
-
-
 def fix_header(result, header_path) -> str:
-    """A C header with the scale and zero-point of every graph edge nafix made integer."""
-    guard = _c_ident(header_path.name)
+    """A C header with the scale and zero-point of every graph edge nafix made integer. Names from
+    the model reach it only through :func:`fixer.escape.c_comment` (inside comments) and
+    :func:`fixer.escape.c_identifier` (macro and type names: valid, unique in the file)."""
+    taken: set[str] = set()
+    guard = escape.c_identifier(header_path.name)
+    if guard.startswith(("NAFIX_IN_", "NAFIX_OUT_")):  # never one of the edge macros below
+        guard = "HEADER_" + guard
+    taken.add(guard)
+    model_name = escape.c_comment(result.output.name) if result.output else "the fixed model"
     lines = [
-        f"/* Generated by nafix {__version__} for {result.output.name if result.output else 'the fixed model'}.",
+        f"/* Generated by nafix {__version__} for {model_name}.",
         " * Integer graph edges: real_value = (q - ZERO_POINT) * SCALE; q = round(real_value / SCALE) + ZERO_POINT",
         " * (round half to even, saturated to the type's range). */",
         f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",
     ]
     for c in result.engine.io_changes:
-        base = f"NAFIX_{'IN' if c.kind == 'input' else 'OUT'}_{_c_ident(c.name)}"
+        base = escape.c_identifier(f"NAFIX_{'IN' if c.kind == 'input' else 'OUT'}_{c.name}", taken=taken)
         scale = c.scale if not isinstance(c.scale, list) else c.scale[0]
         zp = c.zero_point if not isinstance(c.zero_point, list) else c.zero_point[0]
+        ctype = escape.c_identifier(f"{c.dtype}_t", upper=False)
         lines += [
-            f"/* {c.kind} '{c.name}': {c.dtype} (was {c.was}) */",
+            f"/* {escape.c_comment(c.kind)} '{escape.c_comment(c.name)}': {escape.c_comment(c.dtype)} "
+            f"(was {escape.c_comment(c.was)}) */",
             f"#define {base}_SCALE {float(scale)!r}f",
             f"#define {base}_ZERO_POINT ({int(zp)})",
-            f"typedef {c.dtype}_t {base.lower()}_t;",
+            f"typedef {ctype} {base.lower()}_t;",
             "",
         ]
     lines += [
@@ -515,11 +525,10 @@ def fix_header(result, header_path) -> str:
 
 def fix_renderables(result, *, verbose: bool = False):
     from rich.table import Table
-    from rich.text import Text
 
     out: list[Any] = []
     b, a = result.before.estimate, result.final.estimate
-    t = Table(title=f"nafix {result.input.name} (estimated by nafix's placement model)", expand=False)
+    t = Table(title=_t(f"nafix {result.input.name} (estimated by nafix's placement model)", no_wrap=True), expand=False)
     t.add_column("")
     t.add_column("epochs", justify="right")
     t.add_column("SW epochs", justify="right")
@@ -532,65 +541,65 @@ def fix_renderables(result, *, verbose: bool = False):
               str(a.hybrid_epochs), f"{a.hw_ratio:.1%}")
     out.append(t)
     for line in getattr(result, "advice", ()):
-        out.append(Text(f"advice: {line}", style="bold yellow"))
+        out.append(_t(f"advice: {line}", style="bold yellow"))
     if imported is not None and imported.check is not None:
-        out.append(Text(imported.check.summary(), style="dim"))
+        out.append(_t(imported.check.summary(), style="dim"))
     for o in getattr(result, "source_check", None) or []:
         lsb = f"max {o.max_lsb} LSB, " if o.max_lsb is not None else f"max error {o.max_rel:.2%} of its largest magnitude, "
-        out.append(Text(f"  fixed model vs TFLite interpreter, {o.name}: {lsb}{o.exact_fraction:.2%} exact"))
+        out.append(_t(f"  fixed model vs TFLite interpreter, {o.name}: {lsb}{o.exact_fraction:.2%} exact"))
     q = getattr(result, "quantization", None)
     if q is not None:
         out.extend(quantization_renderables(q, result))
     if result.engine.changes:
-        out.append(Text(f"changes ({len(result.engine.changes)}):", style="bold"))
+        out.append(_t(f"changes ({len(result.engine.changes)}):", style="bold"))
         for c in result.engine.changes:
-            out.append(Text(f"  {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
+            out.append(_t(f"  {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
     elif q is None:
-        out.append(Text("no rule applied: nothing to fix that nafix knows how to fix.", style="bold"))
+        out.append(_t("no rule applied: nothing to fix that nafix knows how to fix.", style="bold"))
     v = result.verification
     if v is not None:
         style = "green" if v.ok else "bold red"
         contract_text = v.as_dict()["contract_text"]
-        out.append(Text(f"verification: {'PASSED' if v.ok else 'FAILED'} ({contract_text}; "
+        out.append(_t(f"verification: {'PASSED' if v.ok else 'FAILED'} ({contract_text}; "
                         f"{v.samples} {v.inputs} input set(s), rules {', '.join(v.rules)})", style=style))
         for o in v.boundaries:
-            out.append(Text(f"  at {o.name}: {o.detail}, {o.bit_exact_fraction:.1%} bit-exact",
+            out.append(_t(f"  at {o.name}: {o.detail}, {o.bit_exact_fraction:.1%} bit-exact",
                             style=None if o.ok else "red"))
         for o in v.outputs:
             extra = f", {o.bit_exact_fraction:.1%} bit-exact" if o.bit_exact_fraction < 1 else ""
-            out.append(Text(f"  {o.name}: max abs error {o.max_abs_error:.3g}, cosine {o.cosine:.6f}{extra}: {o.detail}",
+            out.append(_t(f"  {o.name}: max abs error {o.max_abs_error:.3g}, cosine {o.cosine:.6f}{extra}: {o.detail}",
                             style=None if o.ok else "red"))
     for ch in result.engine.io_changes:
-        out.append(Text(f"  {ch.kind} '{ch.name}' is now {ch.dtype} (scale {ch.scale}, zero-point {ch.zero_point})"))
+        out.append(_t(f"  {ch.kind} '{ch.name}' is now {ch.dtype} (scale {ch.scale}, zero-point {ch.zero_point})"))
     final = result.final
     row = analysis_dict(final)
     sw = row["sw_nodes"]
     if sw:
         units = Counter(n["unit"] for n in sw)
-        out.append(Text(f"SW and hybrid epochs that remain ({units.get('SW', 0)} SW, {units.get('hybrid', 0)} hybrid; "
+        out.append(_t(f"SW and hybrid epochs that remain ({units.get('SW', 0)} SW, {units.get('hybrid', 0)} hybrid; "
                         "estimated):", style="bold yellow"))
         for unit, req, tag, items in grouped_row_reasons(row):
-            out.append(Text(f"  {unit} x{len(items)}: {req} [{tag}]", style="yellow"))
+            out.append(_t(f"  {unit} x{len(items)}: {req} [{tag}]", style="yellow"))
             for name, op, detail in (items if verbose else items[:6]):
-                out.append(Text(f"      {detail}"))
+                out.append(_t(f"      {detail}"))
             if not verbose and len(items) > 6:
-                out.append(Text(f"      ... and {len(items) - 6} more (--verbose lists all)", style="dim"))
+                out.append(_t(f"      ... and {len(items) - 6} more (--verbose lists all)", style="dim"))
     for r in final.findings:
-        out.append(Text(f"  {r.severity.upper()}: {r.requirement} ({r.detail}) [{r.tag}]", style="yellow"))
+        out.append(_t(f"  {r.severity.upper()}: {r.requirement} ({r.detail}) [{r.tag}]", style="yellow"))
     if result.engine.near_misses:
-        out.append(Text(f"near-misses ({len(result.engine.near_misses)}): rules that matched but did not apply", style="bold"))
+        out.append(_t(f"near-misses ({len(result.engine.near_misses)}): rules that matched but did not apply", style="bold"))
         for n in result.engine.near_misses:
-            out.append(Text(f"  {n.rule} '{n.node}' ({n.op_type}): {n.reason}"))
+            out.append(_t(f"  {n.rule} '{n.node}' ({n.op_type}): {n.reason}"))
     for w in result.warnings:
-        out.append(Text(f"warning: {w}", style="bold red"))
+        out.append(_t(f"warning: {w}", style="bold red"))
     if result.written:
         files = [str(result.output)] + [str(p) for p in (result.report_path, result.header_path) if p]
-        out.append(Text("wrote " + ", ".join(files), style="green"))
+        out.append(_t("wrote " + ", ".join(files), style="green"))
     elif result.engine.changes and v is not None and not v.ok:
-        out.append(Text("nothing written: verification failed (use --keep-failed to write anyway)", style="bold red"))
+        out.append(_t("nothing written: verification failed (use --keep-failed to write anyway)", style="bold red"))
     if getattr(result, "compiled", None) is not None:
         out.extend(comparison_renderables(result.compiled))
-    out.append(Text(ESTIMATE_NOTE, style="dim"))
+    out.append(_t(ESTIMATE_NOTE, style="dim"))
     return out
 
 
@@ -608,14 +617,14 @@ def calibration_table(rows) -> str:
         rep = r.report.split("/", 1)[-1] + (f" (x{r.runs})" if r.runs > 1 else "")
         opts = " ".join(o.replace("--", "") for o in r.options) or "-"
         if not r.estimated:
-            out.append(f"| {_md(r.pair)} | {_md(rep)} | {r.core} | {_md(opts)} | {r.real_epochs} / - | {r.real_sw} / - "
+            out.append(f"| {_md(r.pair)} | {_md(rep)} | {_md(r.core)} | {_md(opts)} | {r.real_epochs} / - | {r.real_sw} / - "
                        f"| {r.real_hybrid if r.real_hybrid is not None else '-'} / - | - | - | {_md(r.status)} |")
             continue
         hy = f"{r.real_hybrid} / {r.est_hybrid}" if r.real_hybrid is not None else f"- / {r.est_hybrid}"
         sw_ops = ops(r.sw_diff()) if r.ops_listed else "(not listed)"
         hy_ops = ops(r.hybrid_diff()) if r.real_hybrid is not None else "-"
         err = r.epoch_error
-        out.append(f"| {_md(r.pair)} | {_md(rep)} | {r.core} | {_md(opts)} | {r.real_epochs} / {r.est_epochs}"
+        out.append(f"| {_md(r.pair)} | {_md(rep)} | {_md(r.core)} | {_md(opts)} | {r.real_epochs} / {r.est_epochs}"
                    f"{f' ({err:+.0%})' if err else ''} | {r.real_sw} / {r.est_sw} | {hy} | {_md(sw_ops)} | {_md(hy_ops)} "
                    f"| {'yes' if not r.failures() else 'no'} |")
     s = summary(rows)

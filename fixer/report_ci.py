@@ -4,13 +4,11 @@ GitHub workflow-command annotations and one self-contained HTML page. Each reads
 
 from __future__ import annotations
 
-import html
-import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from . import __version__
+from . import __version__, escape
 from .report import ESTIMATE_NOTE, _sw_summary, kib, summary_lines
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -103,12 +101,8 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _gh_escape_data(s: str) -> str:
-    return s.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _gh_escape_prop(s: str) -> str:
-    return _gh_escape_data(s).replace(":", "%3A").replace(",", "%2C")
+_gh_escape_data = escape.github_data
+_gh_escape_prop = escape.github_property
 
 
 def github_annotations(report: dict[str, Any]) -> str:
@@ -183,7 +177,7 @@ def html_report(report: dict[str, Any]) -> str:
     with a bar of estimated HW vs SW epochs, the memory fit, a histogram of SW op types over the
     zoo, the zoo summary, and per model its SW nodes with their reasons. ``#sort=KEY[-desc]`` in
     the URL sorts the table on load (keys: model, epochs, sw_epochs, hw_ratio, peak, fits)."""
-    esc = html.escape
+    esc = escape.html
     rows = report["models"]
     from .outputs import text_mark
 
@@ -252,4 +246,4 @@ def html_report(report: dict[str, Any]) -> str:
 
 
 def sarif_text(report: dict[str, Any]) -> str:
-    return json.dumps(sarif_report(report), indent=2) + "\n"
+    return escape.json_text(sarif_report(report), indent=2) + "\n"

@@ -279,7 +279,10 @@ SELECTION_TEXT = ("Rules not marked opt-in run by default. `--extend-select ID` 
 
 
 def rule_markdown(rules: Sequence[Rule]) -> str:
-    """docs/RULES.md: generated from the rule files and the registered docstrings."""
+    """docs/RULES.md: generated from the rule files and the registered docstrings. What a rule file
+    says reaches the Markdown through :mod:`fixer.escape` (a rule given with ``--rules`` is not
+    nafix's text): names and values as code or literal text, its prose as one-line Markdown."""
+    from . import escape
     from .npu.constraints import REGISTRY
     from .npu.profile import load_profile
 
@@ -290,26 +293,28 @@ def rule_markdown(rules: Sequence[Rule]) -> str:
              GUARANTEE, "", SELECTION_TEXT, "",
              "| id | name | summary | fixes | verify |", "|---|---|---|---|---|"]
     for r in rules:
-        lines.append(f"| {r.id} | {r.name} | {r.summary} | {', '.join(r.fixes)} | {r.verify.describe()}"
+        lines.append(f"| {escape.markdown(r.id)} | {escape.markdown(r.name)} | {escape.markdown_prose(r.summary)} "
+                     f"| {escape.markdown(', '.join(r.fixes))} | {r.verify.describe()}"
                      f"{' (opt-in)' if r.opt_in else ''} |")
     for r in rules:
-        lines += ["", f"## {r.id} {r.name}", "", r.summary, "", f"**Why.** {r.why}", ""]
+        lines += ["", f"## {escape.markdown(r.id)} {escape.markdown(r.name)}", "", escape.markdown_prose(r.summary), "",
+                  f"**Why.** {escape.markdown_prose(r.why)}", ""]
         if r.opt_in:
             lines += [f"**Opt-in**: runs only when selected: `--extend-select {r.id}` (with the default rules) or "
                       f"`--select {r.id}` (alone).", ""]
         lines.append("**Fixes:**")
         for f in r.fixes:
             c = REGISTRY.get(f)
-            lines.append(f"- `{f}`" + (f": {c.requirement(values)} [{c.tag}]" if c is not None else ""))
-        lines += ["", f"**Matches** `{'`, `'.join(r.ops)}` when:"]
+            lines.append(f"- {escape.markdown_code(f)}" + (f": {c.requirement(values)} [{c.tag}]" if c is not None else ""))
+        lines += ["", f"**Matches** {', '.join(escape.markdown_code(o) for o in r.ops)} when:"]
         for i, c in enumerate(r.when):
             p = PREDICATES[c.predicate]
             args = ", ".join(f"{k}={v}" for k, v in c.params.items())
             role = "trigger" if i == 0 else "precondition"
-            lines.append(f"- {role}: `{c.predicate}({args})`: {p.doc}")
+            lines.append(f"- {role}: {escape.markdown_code(f'{c.predicate}({args})')}: {p.doc}")
         rw = REWRITERS[r.rewriter]
         params = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "none"
-        lines += ["", f"**Rewrite** (`{r.rewriter}`, params: {params}): {rw.doc}", "",
+        lines += ["", f"**Rewrite** (`{r.rewriter}`, params: {escape.markdown(params)}): {rw.doc}", "",
                   f"**Verify:** {r.verify.describe()}.", "", "**References:**"]
-        lines += [f"- {ref}" for ref in r.references]
+        lines += [f"- {escape.markdown_prose(ref)}" for ref in r.references]
     return "\n".join(lines) + "\n"
