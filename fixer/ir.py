@@ -1519,8 +1519,8 @@ def _export_graph(g: Graph, gp: onnx.GraphProto, outer: set | None = None) -> No
             if type(t) is Constant:
                 if t._dirty or t.name not in written:
                     continue
-            elif not _vi_matches(vi, t):
-                vi = None
+            elif not (t.dtype is None and t.shape is None) and not _vi_matches(vi, t):
+                vi = None  # (the tensor's type changed: its value info is written anew)
             entries.append((pi, t, vi))
         entries.sort(key=lambda e: e[0])
         for _, t, vi in entries:
