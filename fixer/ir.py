@@ -1501,7 +1501,7 @@ def _export_graph(g: Graph, gp: onnx.GraphProto, outer: set | None = None) -> No
         typed += [t for t in kept if type(t) is Variable and t.name not in tmap and t.name not in io
                   and not (t.dtype is None and t.shape is None)]
     extra = g._extra_vi if orig is not None else None
-    if orig is None or (not extra and all(t._src is src for t in typed)
+    if orig is None or (not extra and all(t._src is src and t._pi >= 0 for t in typed)
                         and all(typed[i]._pi < typed[i + 1]._pi for i in range(len(typed) - 1))):
         for t in typed:  # (in import order already: the common case)
             _value_info(t, gp.value_info.add())
