@@ -350,8 +350,9 @@ class _Importer:
             if has_data and buf.Offset() > 1:
                 end = buf.Offset() + buf.Size()
                 if end > len(self.data):
-                    raise InputError(f"{self.path}: truncated TFLite file (buffer {b} ends at byte {end}, "
-                                     f"the file has {len(self.data)}).")
+                    raise InputError(f"{self.path}: not a complete TFLite flatbuffer: buffer {b} (tensor "
+                                     f"'{self.tname(t)}') ends at byte {end}, past the end of the "
+                                     f"{len(self.data)}-byte file (truncated or corrupt).")
 
     def _check_shape(self, t: int, ten, type_name: str) -> None:
         """A tensor's shape must be one a model can have: no negative dimension (a dynamic one is in the
@@ -373,7 +374,7 @@ class _Importer:
             n *= d
         size = n * _TYPE_BYTES.get(type_name, 4)
         if size > MAX_TENSOR_BYTES:
-            raise InputError(f"{self.path}: tensor '{self.tname(t)}' has the shape {dims}: {n:,} elements, "
+            raise InputError(f"{self.path}: TFLite tensor '{self.tname(t)}' has the shape {dims}: {n:,} elements, "
                              f"{size / 2**30:,.1f} GiB, more than any model for the STM32N6 can hold (nafix refuses "
                              f"tensors over {MAX_TENSOR_BYTES // 2**20} MiB; the file is corrupt or not a model for "
                              "an MCU).")
