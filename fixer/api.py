@@ -405,6 +405,18 @@ def _fix_inputs(opts: FixOptions, src: Path) -> tuple[Path, ...]:
     return tuple(paths)
 
 
+def _check_user_files(opts: FixOptions, loaded: LoadedModel) -> None:
+    """Check the data files the user named against the model, before any work: the ``--inputs`` .npz
+    (array names, shapes and dtypes), the ``--calib`` data (its structure and first sample). The
+    target profile and the rule folders are read (and checked) by their own loaders first."""
+    from .verify import check_inputs_npz
+
+    if opts.inputs_npz:
+        check_inputs_npz(opts.inputs_npz, loaded.model)
+    if opts.quantize and opts.calib is not None and getattr(opts.calib, "path", None):
+        open_calibration(loaded.model, opts.calib, model_name=loaded.path.name)
+
+
 def _check_fix_outputs(opts: FixOptions, src: Path, out: Path, report: Path, header: Path | None = None) -> None:
     """Refuse, before any work, an output that would replace an input or a file nafix did not write."""
     from .outputs import MODEL, REPORT, check_output
@@ -452,6 +464,11 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     src = Path(path)
     out, report_path, header_path = default_outputs(src, opts.output)
     loaded = load_model(src, input_shapes=opts.analysis.input_shapes)
+    # every file the user named is read and checked before any work (a bad one fails even where
+    # there turns out to be nothing to fix)
+    _check_user_files(opts, loaded)
+    rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore,
+                         extend=opts.extend_select)
     import_check = check_loaded(loaded, seed=opts.seed)
     if import_check is not None and not import_check.checked and not opts.dry_run:
         raise InputError(f"{src}: writing a model fixed from a TFLite file needs the TFLite interpreter to check "
@@ -459,8 +476,6 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     if not opts.dry_run:
         _check_fix_outputs(opts, src, out, report_path)
     before = analyze_model(loaded, profile=profile, pools=pools)
-    rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore,
-                         extend=opts.extend_select)
     warnings: list[str] = []
     advice: list[str] = []
     from .engine import is_float_model

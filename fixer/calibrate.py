@@ -323,7 +323,7 @@ def _estimate_row(row: CalibrationRow, model: Path, target_profile: str | None, 
         est = cache[key]
     except NafixError as exc:
         msg = str(exc)
-        tflite = model.suffix.lower() == ".tflite"
+        tflite = _is_tflite_file(model)
         row.status = "cannot import yet" if tflite and "tflite" in msg.lower() else "error"
         row.note = msg
         return
@@ -349,6 +349,20 @@ def _known_core(core: str, target_profile: str | None) -> bool:
     except NafixError:
         return False
     return True
+
+
+def _is_tflite_file(path: Path) -> bool:
+    """Whether ``path`` is a TFLite model by content (the 'TFL3' identifier at bytes 4..8), whatever it
+    is called; a path that is not a regular file (never opened: a FIFO would block) by its suffix."""
+    from .importers import is_tflite
+
+    if not path.is_file():
+        return path.suffix.lower() == ".tflite"
+    try:
+        with open(path, "rb") as fh:
+            return is_tflite(fh.read(8))
+    except OSError:
+        return path.suffix.lower() == ".tflite"
 
 
 def summary(rows: list[CalibrationRow]) -> dict:

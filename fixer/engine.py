@@ -507,7 +507,9 @@ def stamp_provenance(model: onnx.ModelProto, provenance: Mapping[str, str]) -> o
             continue
         node.doc_string = f"nafix.rule={rule}"
         if model.ir_version >= 10 and hasattr(node, "metadata_props"):
-            entry = node.metadata_props.add()
-            entry.key = "nafix.rule"
+            entry = next((p for p in node.metadata_props if p.key == "nafix.rule"), None)  # (one key once)
+            if entry is None:
+                entry = node.metadata_props.add()
+                entry.key = "nafix.rule"
             entry.value = rule
     return model

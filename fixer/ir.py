@@ -252,11 +252,14 @@ class _Source:
     """The protobuf messages one import refers to (initializers, value infos, node protos), by
     index: objects hold ``(source, index)`` so that :meth:`Graph.release` drops them all at once."""
 
-    __slots__ = ("protos", "functions", "__weakref__")
+    __slots__ = ("protos", "functions", "model", "__weakref__")
 
     def __init__(self):
         self.protos: list | None = []
         self.functions = ()
+        #: the imported ModelProto: its fields the graph does not model (doc string, metadata, domain,
+        #: model version, training info, configuration) are written back from it on export
+        self.model = None
 
     def add(self, proto) -> int:
         self.protos.append(proto)
@@ -613,7 +616,9 @@ class Graph:
     """Nodes (``nodes``, a plain list), graph ``inputs`` and ``outputs`` (plain lists of tensors)."""
 
     __slots__ = ("nodes", "inputs", "outputs", "name", "doc_string", "opset", "import_domains",
-                 "producer_name", "producer_version", "ir_version", "_src", "__weakref__")
+                 "producer_name", "producer_version", "ir_version", "_src", "_gp", "_inits", "_kept", "_extra_vi",
+                 "_init_in",
+                 "__weakref__")
 
     def __init__(self, nodes: Sequence[Node] | None = None, inputs: Sequence[Tensor] | None = None,
                  outputs: Sequence[Tensor] | None = None, name: str | None = None, doc_string: str | None = None,
@@ -630,6 +635,20 @@ class Graph:
         self.producer_version = producer_version or ""
         self.ir_version = ir_version
         self._src = None
+        #: (imported graphs) the index of the GraphProto in ``_src``: its fields the graph does not
+        #: model (metadata, quantization annotations) and its value_info order are written back
+        self._gp = -1
+        #: (imported graphs) the range of indices in ``_src`` of its initializers (dense, then sparse)
+        self._inits = (0, 0)
+        #: (imported graphs) the initializers and typed values no node read or wrote at import, kept
+        #: as they were; None when there were none
+        self._kept = None
+        #: (imported graphs) indices in ``_src`` of value infos no Variable of this graph carries (an
+        #: initializer's type; in a subgraph, an enclosing graph's tensor): written back while their
+        #: tensor is there; None when there were none
+        self._extra_vi = None
+        #: (imported graphs) initializers listed among the graph inputs: (position, index in ``_src``)
+        self._init_in = None
 
     def __str__(self):
         return f"Graph {self.name}: {len(self.nodes)} nodes, {len(self.inputs)} inputs, {len(self.outputs)} outputs"
@@ -644,6 +663,7 @@ class Graph:
         if self._src is not None:
             self._src.protos = None
             self._src.functions = ()
+            self._src.model = None
         clear = list.clear
         stack = [self]
         while stack:
@@ -657,6 +677,7 @@ class Graph:
             g.nodes = []
             g.inputs = []
             g.outputs = []
+            g._kept = None
 
     def subgraphs(self, recursive: bool = False) -> Iterator["Graph"]:
         for n in self.nodes:
@@ -925,6 +946,7 @@ class _Importer:
 
     def graph(self, gp: onnx.GraphProto, outer: list[dict]) -> Graph:
         src = self.src
+        first_init = len(src.protos)
         local: dict[str, Tensor] = {}
         for init in gp.initializer:
             name = init.name
@@ -936,22 +958,69 @@ class _Importer:
             inits.add(name)
             if name not in local:
                 local[name] = _constant_from_proto(sp, src, sparse=True)
+        init_range = (first_init, len(src.protos))
+        extra_vi = None
+        protos = src.protos
+        vi_lo = len(protos)
         if self.types:
             value_info = self._value_info
             new_value = self._new_value
             for vi in gp.value_info:
                 name = vi.name
                 if outer or name in local:  # an initializer's or a repeated name, or a subgraph: all cases
+                    n0 = len(protos)
                     value_info(vi, local, outer, update=True)
+                    if len(protos) == n0:
+                        # not a new tensor of this graph (an initializer's type, a repeated name, an
+                        # enclosing graph's tensor): written back as it is
+                        if extra_vi is None:
+                            extra_vi = []
+                        extra_vi.append(src.add(vi))
                 else:  # (a new name of the top-level graph: most tensors, one call)
                     new_value(vi, name, local)
-        inputs = [self._value_info(vi, local, (), update=False) for vi in gp.input if vi.name not in inits]
+        vi_hi = len(protos)
+        inputs = []
+        init_in = None
+        for pos, vi in enumerate(gp.input):
+            if vi.name in inits:  # an initializer listed as an input (IR < 4 style): written back as it is
+                if init_in is None:
+                    init_in = []
+                init_in.append((pos, src.add(vi)))
+            else:
+                inputs.append(self._value_info(vi, local, (), update=False))
         outputs = [self._value_info(vi, local, (), update=False) for vi in gp.output]
+        if vi_hi > vi_lo:
+            # a graph input or output also listed in value_info: both entries are written back as they are
+            for vis, ts in ((gp.input, inputs), (gp.output, outputs)):
+                if len(ts) == len(vis):
+                    for vi, t in zip(vis, ts):
+                        if type(t) is Variable and t._src is src and vi_lo <= t._pi < vi_hi:
+                            if extra_vi is None:
+                                extra_vi = []
+                            extra_vi.append(t._pi)
+                            object.__setattr__(t, "_pi", src.add(vi))
+                else:  # (initializers among the inputs)
+                    for t in ts:
+                        if type(t) is Variable and t._src is src and vi_lo <= t._pi < vi_hi:
+                            vi = next(v for v in vis if v.name == t.name)
+                            if extra_vi is None:
+                                extra_vi = []
+                            extra_vi.append(t._pi)
+                            object.__setattr__(t, "_pi", src.add(vi))
+            if extra_vi is not None:
+                extra_vi.sort()
         nodes = []
         scope = outer + [local]
         nodes_append = nodes.append
         for npr in gp.node:
             nodes_append(self.node(npr, local, outer, scope))
+        # what no node reads or writes (an unused initializer, a value_info of a name the graph does
+        # not use) is written back as it was: only a graph to export reads the types
+        kept = [t for t in local.values() if not t.outputs and not t.inputs] if self.types else None
+        if kept:
+            io = {id(t) for t in inputs}
+            io.update(id(t) for t in outputs)
+            kept = [t for t in kept if id(t) not in io]
         g = Graph.__new__(Graph)
         g.nodes = nodes
         g.inputs = inputs
@@ -964,6 +1033,11 @@ class _Importer:
         g.producer_version = ""
         g.ir_version = None
         g._src = src
+        g._gp = src.add(gp)
+        g._inits = init_range
+        g._kept = kept or None
+        g._init_in = init_in
+        g._extra_vi = extra_vi
         return g
 
     def _value_info(self, vi, local: dict, outer, *, update: bool) -> Tensor:
@@ -972,11 +1046,15 @@ class _Importer:
         if t is not None:
             if update and type(t) is Variable and vi.type.ByteSize() > 0:
                 dtype, shape, kind = self._type_of(vi, vi.type.SerializeToString())
+                changed = False
                 if t.dtype is None:
                     object.__setattr__(t, "dtype", dtype)
-                if not t.shape:
+                    changed = True
+                if not t.shape and shape is not None and shape != t.shape:
                     object.__setattr__(t, "shape", shape)
-                object.__setattr__(t, "_pi", -1)  # the info no longer comes from one proto
+                    changed = True
+                if changed:
+                    object.__setattr__(t, "_pi", -1)  # the info no longer comes from one proto
             return t
         if update:
             for scope in reversed(outer):
@@ -1110,6 +1188,7 @@ def import_onnx(model: onnx.ModelProto, *, value_info: bool = True) -> Graph:
     are): a graph to read structure and constants from, not to export."""
     src = _Source()
     src.functions = model.functions
+    src.model = model
     g = _Importer(src, value_info).graph(model.graph, [])
     g.opset = model_opset(model) or None
     g.import_domains = [_copy_opset(i) for i in model.opset_import]
@@ -1218,7 +1297,7 @@ def _same_dtype(a, b) -> bool:
         return False
 
 
-def _make_attr(key: str, val) -> AttributeProto:
+def _make_attr(key: str, val, scope: "_Scope | None" = None) -> AttributeProto:
     if type(val) is Constant:
         a = AttributeProto()
         a.name = key
@@ -1229,7 +1308,7 @@ def _make_attr(key: str, val) -> AttributeProto:
         a = AttributeProto()
         a.name = key
         a.type = _A_GRAPH
-        _export_graph(val, a.g)
+        _export_graph(val, a.g, scope.inner() if scope is not None else None)
         return a
     if type(val) is _Raw:
         a = AttributeProto()
@@ -1244,17 +1323,50 @@ def _make_attr(key: str, val) -> AttributeProto:
     return helper.make_attribute(key, val)
 
 
-def _export_node(n: Node, out: onnx.NodeProto) -> None:
+_NODE_FIELDS = {f.name for f in onnx.NodeProto.DESCRIPTOR.fields}
+#: NodeProto fields the IR does not model: written back from the imported NodeProto (its doc string,
+#: metadata such as the TFLite importer's layout marks, overload, device configurations)
+_NODE_KEPT = tuple(f for f in ("doc_string", "overload") if f in _NODE_FIELDS)
+_NODE_KEPT_LISTS = tuple(f for f in ("metadata_props", "device_configurations") if f in _NODE_FIELDS)
+
+
+def _export_node(n: Node, out: onnx.NodeProto, scope: "_Scope | None" = None) -> None:
+    ins = [t.name for t in n.inputs]
+    outs = [t.name for t in n.outputs]
+    orig = n._src.get(n._pi) if n._src is not None else None
+    if orig is not None:
+        oattrs = orig.attribute
+        attrs = n.attrs
+        if (n.op == orig.op_type and n.name == orig.name and ins == orig.input[:] and outs == orig.output[:]
+                and len(attrs) == len(oattrs)):
+            d = n.domain
+            same = not orig.HasField("domain") if d is None else d == orig.domain and (d or orig.HasField("domain"))
+            if same and attrs:
+                for (k, v), a in zip(attrs.items(), oattrs):
+                    if a.name != k or a.type == _A_GRAPH or not _same_attr(v, a):
+                        same = False
+                        break
+            if same:  # as imported: the NodeProto itself (doc string and metadata included)
+                out.CopyFrom(orig)
+                return
     out.op_type = n.op
-    out.input.extend([t.name for t in n.inputs])
-    out.output.extend([t.name for t in n.outputs])
+    out.input.extend(ins)
+    out.output.extend(outs)
     if n.name:
         out.name = n.name
     if n.domain is not None:
         out.domain = n.domain
+    if orig is not None:  # what the IR does not model (doc string, metadata, ...) as imported
+        for f in _NODE_KEPT:
+            v = getattr(orig, f)
+            if v or orig.HasField(f):  # (an empty string set is written back set)
+                setattr(out, f, v)
+        for f in _NODE_KEPT_LISTS:
+            v = getattr(orig, f)
+            if v:
+                getattr(out, f).extend(v)
     if not n.attrs:
         return
-    orig = n._src.get(n._pi) if n._src is not None else None
     by_name = {a.name: a for a in orig.attribute} if orig is not None and len(orig.attribute) else {}
     attrs = out.attribute
     for k, v in n.attrs.items():
@@ -1262,33 +1374,174 @@ def _export_node(n: Node, out: onnx.NodeProto) -> None:
         if a is not None and a.type != _A_GRAPH and _same_attr(v, a):
             attrs.append(a)
         else:
-            attrs.append(_make_attr(k, v))
+            attrs.append(_make_attr(k, v, scope))
 
 
-def _export_graph(g: Graph, gp: onnx.GraphProto) -> None:
+class _Scope:
+    """The tensors of the graphs enclosing a subgraph being exported (by id): a subgraph writes as
+    its own initializers and value infos only what is not theirs (its nodes list an enclosing
+    graph's tensors among their inputs)."""
+
+    __slots__ = ("graph", "tmap", "outer", "_ids")
+
+    def __init__(self, graph: Graph, tmap: dict, outer: set | None):
+        self.graph = graph
+        self.tmap = tmap
+        self.outer = outer
+        self._ids = None
+
+    def inner(self) -> set:
+        if self._ids is None:
+            ids = set(self.outer) if self.outer else set()
+            ids.update(id(t) for t in self.tmap.values())
+            if self.graph._kept:
+                ids.update(id(t) for t in self.graph._kept)
+            self._ids = ids
+        return self._ids
+
+
+_LAST = 1 << 62  # sort key offset of what an import did not bring (written after, in first-use order)
+
+
+def _order_key(src):
+    """Sort key of a tensor of a graph imported from ``src``: its position in the import (so that
+    initializers and value infos keep their order in the file), new tensors after."""
+    counter = iter(range(_LAST, _LAST << 1))
+
+    def key(t) -> int:
+        if src is not None and t._src is src and t._pi >= 0:
+            return t._pi
+        return next(counter)
+
+    return key
+
+
+def _vi_matches(vi, t: Variable) -> bool:
+    """Whether ValueInfoProto ``vi`` states the type Variable ``t`` has."""
+    if vi.type.ByteSize() == 0:
+        return t.dtype is None and t.shape is None
+    dtype, shape, kind = _vi_type(vi)
+    return kind == t.type and _same_dtype(dtype, t.dtype) and shape == (list(t.shape) if t.shape is not None else None)
+
+
+def _export_graph(g: Graph, gp: onnx.GraphProto, outer: set | None = None) -> None:
+    """Write graph ``g`` into ``gp``. What the import brought and nafix did not change is written as it
+    was read, in the order it was read: initializers, value infos (those of unused names and of
+    initializers included), the graph's metadata and quantization annotations. ``outer``: the ids of
+    the tensors of the enclosing graphs (a subgraph), which the subgraph does not write again."""
+    tmap = g.tensors()
+    src = g._src
+    orig = src.get(g._gp) if src is not None else None
+    kept = g._kept if orig is not None else None
+    subs = None
     for n in g.nodes:
-        _export_node(n, gp.node.add())
+        if n.attrs:
+            for v in n.attrs.values():
+                if type(v) is Graph:
+                    if subs is None:
+                        subs = []
+                    subs.append(v)
+    # initializers: this graph's constants (an initializer only a subgraph reads included), in import order
+    consts = [t for t in tmap.values() if type(t) is Constant and (outer is None or id(t) not in outer)]
+    if kept:
+        consts += [t for t in kept if type(t) is Constant and t.name not in tmap]
+    if subs is not None and orig is not None:
+        lo, hi = g._inits
+        have = {t.name for t in consts}
+        for sub in subs:
+            for sg in (sub, *sub.subgraphs(recursive=True)):
+                for t in sg.tensors().values():
+                    if (type(t) is Constant and t._src is src and lo <= t._pi < hi and t.name not in have
+                            and t.name not in tmap):
+                        have.add(t.name)
+                        consts.append(t)
+                        tmap[t.name] = t  # (an enclosing graph's tensor for the subgraphs)
+    scope = _Scope(g, tmap, outer) if subs is not None else None
+    for n in g.nodes:
+        _export_node(n, gp.node.add(), scope)
     gp.name = g.name
-    if g.doc_string:
+    if g.doc_string or (orig is not None and orig.HasField("doc_string") and g.doc_string == orig.doc_string):
         gp.doc_string = g.doc_string
-    for t in g.inputs:
-        _value_info(t, gp.input.add())
+    if orig is not None:
+        consts.sort(key=_order_key(src))
+    written = {}
+    for t in consts:
+        p = _constant_proto(t)
+        written[t.name] = t
+        if t._sparse:
+            gp.sparse_initializer.append(p)
+        else:
+            gp.initializer.append(p)
+    if g._init_in is None or orig is None:
+        for t in g.inputs:
+            _value_info(t, gp.input.add())
+    else:  # the initializers the graph listed among its inputs, where they were
+        vis = []
+        for t in g.inputs:
+            vi = onnx.ValueInfoProto()
+            _value_info(t, vi)
+            vis.append(vi)
+        for pos, pi in g._init_in:
+            vi = src.get(pi)
+            c = written.get(vi.name)
+            if c is None:
+                continue
+            if c._dirty:
+                vi = helper.make_tensor_value_info(c.name, dtype_to_onnx(c.dtype), list(c.shape))
+            vis.insert(min(pos, len(vis)), vi)
+        gp.input.extend(vis)
     for t in g.outputs:
         _value_info(t, gp.output.add())
-    tmap = g.tensors()
-    for t in tmap.values():
-        if type(t) is Constant:
-            p = _constant_proto(t)
-            if t._sparse:
-                gp.sparse_initializer.append(p)
-            else:
-                gp.initializer.append(p)
+    # value infos: typed intermediate tensors, in import order
     io = {t.name for t in g.inputs}
     io.update(t.name for t in g.outputs)
-    for name, t in tmap.items():
-        if name in io or type(t) is not Variable or (t.dtype is None and t.shape is None):
-            continue
-        _value_info(t, gp.value_info.add())
+    typed = [t for name, t in tmap.items() if name not in io and type(t) is Variable
+             and not (t.dtype is None and t.shape is None) and (outer is None or id(t) not in outer)]
+    if kept:
+        typed += [t for t in kept if type(t) is Variable and t.name not in tmap and t.name not in io
+                  and not (t.dtype is None and t.shape is None)]
+    extra = g._extra_vi if orig is not None else None
+    if orig is None or (not extra and all(t._src is src and t._pi >= 0 for t in typed)
+                        and all(typed[i]._pi < typed[i + 1]._pi for i in range(len(typed) - 1))):
+        for t in typed:  # (in import order already: the common case)
+            _value_info(t, gp.value_info.add())
+    else:
+        key = _order_key(src)
+        entries = [(key(t), t, None) for t in typed]
+        unused = {t.name: t for t in kept if type(t) is Variable} if kept else {}
+        for pi in extra or ():
+            vi = src.get(pi)
+            t = tmap.get(vi.name)
+            if t is None:
+                t = unused.get(vi.name)  # (a repeated value_info of a name no node uses)
+                if t is None:
+                    continue
+            if type(t) is Constant:
+                if t._dirty or t.name not in written:
+                    continue
+            elif not (t.dtype is None and t.shape is None) and not _vi_matches(vi, t):
+                vi = None  # (the tensor's type changed: its value info is written anew)
+            entries.append((pi, t, vi))
+        entries.sort(key=lambda e: e[0])
+        for _, t, vi in entries:
+            if vi is not None:
+                gp.value_info.append(vi)
+            else:
+                _value_info(t, gp.value_info.add())
+    if orig is not None:
+        _graph_extras(orig, gp, tmap)
+
+
+_GRAPH_FIELDS = {f.name for f in onnx.GraphProto.DESCRIPTOR.fields}
+
+
+def _graph_extras(orig: onnx.GraphProto, gp: onnx.GraphProto, tmap: dict) -> None:
+    """The fields of imported GraphProto ``orig`` the IR does not model: its metadata, and the
+    quantization annotations of the tensors still in the graph."""
+    if "metadata_props" in _GRAPH_FIELDS and len(orig.metadata_props):
+        gp.metadata_props.extend(orig.metadata_props)
+    if len(orig.quantization_annotation):
+        gp.quantization_annotation.extend([a for a in orig.quantization_annotation if a.tensor_name in tmap])
 
 
 def _opset_imports(g: Graph) -> list:
@@ -1314,9 +1567,28 @@ def export_onnx(graph: Graph, do_type_check: bool = False) -> onnx.ModelProto:
     _export_graph(graph, model.graph)
     model.ir_version = graph.ir_version if graph.ir_version is not None else onnx.IR_VERSION
     model.opset_import.extend(_opset_imports(graph))
-    model.producer_name = graph.producer_name
-    model.producer_version = graph.producer_version
     src = graph._src
+    orig = src.model if src is not None else None
+    for f in ("producer_name", "producer_version"):
+        v = getattr(graph, f)
+        if v or (orig is not None and orig.HasField(f) and getattr(orig, f) == v):
+            setattr(model, f, v)
     if src is not None and src.functions:
         model.functions.extend(src.functions)
+    if src is not None and src.model is not None:
+        # the model fields the graph does not model (doc string, metadata, domain, model version,
+        # training info, configuration) as imported
+        for fd, value in src.model.ListFields():
+            if fd.name in _MODEL_MODELED:
+                continue
+            if getattr(fd, "is_repeated", None) or getattr(fd, "label", None) == 3:  # 3: LABEL_REPEATED
+                getattr(model, fd.name).extend(value)
+            elif fd.type == fd.TYPE_MESSAGE:
+                getattr(model, fd.name).CopyFrom(value)
+            else:
+                setattr(model, fd.name, value)
     return model
+
+
+#: ModelProto fields the graph carries (or export writes itself)
+_MODEL_MODELED = frozenset({"graph", "ir_version", "opset_import", "producer_name", "producer_version", "functions"})

@@ -119,6 +119,10 @@ def load_model(
         try:
             model.ParseFromString(data)
         except (DecodeError, RuntimeError, ValueError) as exc:
+            if p.suffix.lower() in (".tflite", ".lite"):  # named TFLite, but not one by content
+                head = (f"bytes 4..8 are {data[4:8]!r}" if len(data) >= 8 else f"the file has only {len(data)} bytes")
+                raise InputError(f"{p}: not a TFLite model ({head}, not the 'TFL3' identifier of a TFLite "
+                                 "flatbuffer) and not an ONNX model either.") from None
             raise InputError(f"{p}: not an ONNX model, or truncated/corrupt (protobuf parse failed: {exc}).") from None
         if not model.HasField("graph") or (model.ir_version <= 0 and not model.opset_import):
             raise InputError(f"{p}: not an ONNX model (no graph or IR version in the protobuf).")
@@ -385,6 +389,15 @@ def invalid_model_error(path: str | os.PathLike[str], exc: BaseException) -> Inp
     what is wrong with the file when the onnx checker rejects it (a corrupt model, not a nafix bug),
     else None (the failure is nafix's own)."""
     p = Path(path)
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(8)
+    except OSError:
+        head = b""
+    if is_tflite(head):
+        # a TFLite file: nafix's importer validated it (a corrupt one is an error there), so what
+        # failed afterwards is nafix's own failure, not "an invalid ONNX model"
+        return None
     try:
         onnx.checker.check_model(str(p))
     except Exception as chk:  # noqa: BLE001 - any checker complaint means the file is at fault

@@ -367,40 +367,120 @@ def load_inputs_npz(path: str | Path, model: onnx.ModelProto) -> list[dict[str, 
         sess = session(model)
     except Exception as exc:  # noqa: BLE001
         raise original_failed(exc) from None
+    batches = _check_npz_inputs(p, data, [(i.name, i.type, i.shape) for i in sess.get_inputs()])
     feeds: list[dict[str, np.ndarray]] = []
-    for i in sess.get_inputs():
-        if i.name not in data:
-            raise InputError(f"{p}: has no array named '{i.name}' (it has {', '.join(data) or 'none'}); --inputs "
-                             "needs one array per graph input, keyed by the input name.")
-        arr = data[i.name]
-        if i.type not in NP_TYPES:
-            raise InputError(f"{p}: input '{i.name}' is {i.type}; an .npz can only give numeric tensors: leave "
-                             "--inputs out (the gate then makes random inputs of every type it can).")
-        dtype = NP_TYPES[i.type]
-        rank = len(i.shape)
-        if arr.ndim not in (rank, rank + 1):
-            raise InputError(f"{p}: array '{i.name}' has shape {tuple(arr.shape)}, but input '{i.name}' has rank {rank} "
-                             f"(shape {_shape_text(i.shape)}; a leading sample axis is allowed).")
-        batch = [arr] if arr.ndim == rank else list(arr)
-        if not batch:
-            raise InputError(f"{p}: array '{i.name}' holds no sample (its leading axis is 0).")
-        want = [d if isinstance(d, int) and d > 0 else None for d in i.shape]
-        got = tuple(batch[0].shape)
-        if any(w is not None and w != g for w, g in zip(want, got)):
-            raise InputError(f"{p}: array '{i.name}' has samples of shape {got}, but input '{i.name}' expects "
-                             f"{_shape_text(i.shape)}.")
+    for name, (dtype, batch) in batches.items():
         for k, a in enumerate(batch):
             if len(feeds) <= k:
                 feeds.append({})
-            try:
-                feeds[k][i.name] = np.asarray(a).astype(dtype)
-            except (TypeError, ValueError):
-                raise InputError(f"{p}: array '{i.name}' ({a.dtype}) cannot be converted to the input's "
-                                 f"{np.dtype(dtype).name}.") from None
-    counts = {len([f for f in feeds if name in f]) for name in (i.name for i in sess.get_inputs())}
+            feeds[k][name] = np.asarray(a).astype(dtype)
+    return feeds
+
+
+def check_inputs_npz(path: str | Path, model: onnx.ModelProto) -> None:
+    """Check the user's ``--inputs`` .npz against ``model``'s graph inputs (names, types and shapes as
+    the model declares them), before any work: one :class:`InputError` sentence naming the file and
+    the problem (not an .npz, pickled objects, an array that is no input, a missing input, a shape or
+    a dtype the input cannot take)."""
+    p = Path(path)
+    data = read_npz(p, "--inputs")
+    inits = {t.name for t in model.graph.initializer}
+    inputs = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type if vi.type.WhichOneof("value") == "tensor_type" else None
+        shape = None
+        if tt is not None and tt.HasField("shape"):
+            shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in tt.shape.dim]
+        inputs.append((vi.name, _type_text(vi.type), shape))
+    _check_npz_inputs(p, data, inputs)
+
+
+def _type_text(tp: onnx.TypeProto) -> str:
+    """A type as onnxruntime writes it (``tensor(float)``, ``seq(tensor(float))``)."""
+    def elem(code: int) -> str:
+        try:
+            return onnx.TensorProto.DataType.Name(code).lower()
+        except ValueError:
+            return str(code)
+
+    kind = tp.WhichOneof("value")
+    if kind == "tensor_type":
+        return f"tensor({elem(tp.tensor_type.elem_type)})"
+    if kind == "sparse_tensor_type":
+        return f"sparse_tensor({elem(tp.sparse_tensor_type.elem_type)})"
+    if kind == "sequence_type":
+        return f"seq({_type_text(tp.sequence_type.elem_type)})"
+    if kind == "optional_type":
+        return f"optional({_type_text(tp.optional_type.elem_type)})"
+    if kind == "map_type":
+        return f"map({elem(tp.map_type.key_type)},{_type_text(tp.map_type.value_type)})"
+    return "of no declared type"
+
+
+def _check_npz_inputs(p: Path, data: Mapping[str, np.ndarray], inputs: Sequence[tuple[str, str, Sequence | None]]
+                      ) -> dict[str, tuple[object, list[np.ndarray]]]:
+    """The samples of each input (``inputs``: name, onnxruntime type text, shape or None), checked:
+    every array is an input's, every input has one, of its rank (a leading sample axis allowed), its
+    static dimensions and a dtype it can take; the same number of samples for every input."""
+    out: dict[str, tuple[object, list[np.ndarray]]] = {}
+    for name, type_text, shape in inputs:
+        if name not in data:
+            raise InputError(f"{p}: has no array named '{name}' (it has {', '.join(data) or 'none'}); --inputs "
+                             "needs one array per graph input, keyed by the input name.")
+        arr = data[name]
+        if type_text not in NP_TYPES:
+            raise InputError(f"{p}: input '{name}' is {type_text}; an .npz can only give numeric tensors: leave "
+                             "--inputs out (the gate then makes random inputs of every type it can).")
+        dtype = NP_TYPES[type_text]
+        if shape is None:  # (no declared rank: the array is one sample)
+            batch = [arr]
+        else:
+            rank = len(shape)
+            if arr.ndim not in (rank, rank + 1):
+                raise InputError(f"{p}: array '{name}' has shape {tuple(arr.shape)}, but input '{name}' has rank "
+                                 f"{rank} (shape {_shape_text(shape)}; a leading sample axis is allowed).")
+            batch = [arr] if arr.ndim == rank else list(arr)
+            if not batch:
+                raise InputError(f"{p}: array '{name}' holds no sample (its leading axis is 0).")
+            want = [d if isinstance(d, int) and d > 0 else None for d in shape]
+            got = tuple(batch[0].shape)
+            if any(w is not None and w != g for w, g in zip(want, got)):
+                raise InputError(f"{p}: array '{name}' has samples of shape {got}, but input '{name}' expects "
+                                 f"{_shape_text(shape)}.")
+        problem = _dtype_problem(arr, np.dtype(dtype))
+        if problem:
+            raise InputError(f"{p}: array '{name}' ({arr.dtype}) cannot be input '{name}' "
+                             f"({np.dtype(dtype).name}): {problem}.")
+        out[name] = (dtype, batch)
+    names = [name for name, _, _ in inputs]
+    for key in data:
+        if key not in names:
+            raise InputError(f"{p}: array '{key}' is not a graph input of the model (its inputs: "
+                             f"{', '.join(names) or 'none'}); --inputs needs one array per graph input, keyed by the "
+                             "input name.")
+    counts = {len(b) for _, b in out.values()}
     if len(counts) > 1:
         raise InputError(f"{p}: the arrays hold different numbers of samples; give every input the same count.")
-    return feeds
+    return out
+
+
+def _dtype_problem(arr: np.ndarray, want: np.dtype) -> str | None:
+    """Why the values of ``arr`` cannot be given as ``want`` without changing them (None: they can).
+    Any number goes to a float input; an integer or bool input takes whole numbers in its range."""
+    if want.kind == "f" or arr.size == 0:
+        return None
+    if arr.dtype.kind == "f":
+        with np.errstate(invalid="ignore"):
+            if not np.all(np.isfinite(arr)):
+                return "it holds NaN or infinite values"
+            if not np.all(arr == np.round(arr)):
+                return "it holds fractional values"
+    lo, hi = (0, 1) if want.kind == "b" else (np.iinfo(want).min, np.iinfo(want).max)
+    if arr.dtype.kind != "b" and (arr.min() < lo or arr.max() > hi):
+        return f"its values span {arr.min()}..{arr.max()}, outside {lo}..{hi}"
+    return None
 
 
 def _shape_text(shape) -> str:

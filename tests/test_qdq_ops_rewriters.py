@@ -139,6 +139,7 @@ def apply_rule(model: onnx.ModelProto, rule_id: str, options: dict | None = None
         m2.ir_version = out.model.ir_version or 8
         del m2.opset_import[:]
         m2.opset_import.extend(out.model.opset_import)
+        del m2.metadata_props[:]  # (the export carries the model's own: set them as the engine does)
         for k, v in ((p.key, p.value) for p in out.model.metadata_props):
             m2.metadata_props.add(key=k, value=v)
         # like the engine: re-infer shapes from scratch

@@ -45,6 +45,15 @@ def is_tflite(data: bytes) -> bool:
     return len(data) >= 8 and data[4:8] == TFLITE_IDENTIFIER
 
 
+#: The largest tensor nafix imports, in bytes of its TFLite type: far above any tensor of a model for
+#: an MCU NPU (the STM32N6 has 4.2 MB of on-chip RAM; external memories are at most a few hundred
+#: MB), and small enough that nafix's own arrays of it (float32 and int64 copies) fit in memory.
+MAX_TENSOR_BYTES = 256 * 2**20
+#: The most dimensions a TFLite tensor has (TFLite kernels take at most 6; reshapes up to 8).
+MAX_RANK = 8
+_TYPE_BYTES = {"FLOAT32": 4, "INT8": 1, "UINT8": 1, "INT32": 4, "INT64": 8, "BOOL": 1, "FLOAT16": 2, "INT16": 2}
+
+
 class UnsupportedTFLite(InputError):
     """A TFLite model nafix cannot import (unsupported, custom or flex op, float16 weights...)."""
 
@@ -102,15 +111,36 @@ def import_tflite(data: bytes, path: Path | str = "<tflite>") -> ImportedTFLite:
     except ImportError:  # pragma: no cover - a dependency of nafix
         raise InputError(f"{path}: reading TFLite needs the 'tflite' package (pip install tflite).") from None
     if not is_tflite(data):
-        raise InputError(f"{path}: not a TFLite model (no 'TFL3' flatbuffer identifier).")
+        raise InputError(f"{path}: not a TFLite model (bytes 4..8 are not the 'TFL3' identifier of a TFLite "
+                         "flatbuffer).")
+    imp = _Importer(data, Path(path))
     try:
-        return _Importer(data, Path(path)).run()
+        return imp.run()
     except InputError:
         raise
     except (struct.error, IndexError, ValueError, TypeError, AttributeError, KeyError, ArithmeticError,
-            MemoryError, RecursionError) as exc:
-        kind = "struct.error" if type(exc).__name__ == "error" else type(exc).__name__  # not a second "error:"
-        raise InputError(f"{path}: truncated or corrupt TFLite flatbuffer ({kind}: {exc}).") from None
+            MemoryError, RecursionError, OverflowError) as exc:
+        raise InputError(_corrupt_sentence(path, len(data), imp.at, exc)) from None
+
+
+def _corrupt_sentence(path, size: int, at: str, exc: BaseException) -> str:
+    """One sentence for a flatbuffer the reader failed on: what was being read, and where it broke
+    (the byte a reference pointed to, when the reader says), never the reader's exception text."""
+    where = f" while reading {at}" if at else ""
+    m = re.search(r"at offset (\d+)", str(exc)) if isinstance(exc, struct.error) else None
+    if m is not None or isinstance(exc, (struct.error, IndexError)):
+        if m is not None and int(m.group(1)) >= size:
+            past = f"it refers to byte {int(m.group(1))}, past the end of the {size}-byte file"
+        else:
+            past = f"a reference in it points outside the {size}-byte file"
+        return (f"{path}: not a complete TFLite flatbuffer{where}: {past} (the file is truncated or corrupt).")
+    if isinstance(exc, (MemoryError, OverflowError)):
+        return (f"{path}: not a valid TFLite flatbuffer{where}: a size or count in it is too large to be "
+                "real (the file is corrupt).")
+    if isinstance(exc, RecursionError):
+        return f"{path}: not a valid TFLite flatbuffer{where}: its tables nest without end (the file is corrupt)."
+    return (f"{path}: not a valid TFLite flatbuffer{where}: a field holds a value of the wrong kind or out of "
+            "range (the file is truncated or corrupt).")
 
 
 class _Importer:
@@ -131,6 +161,7 @@ class _Importer:
         self.cur: dict | None = None  # TFLite provenance stamped on nodes being created
         self.graph_outputs: set[int] = set()
         self.reshaped_from: dict[int, int] = {}  # RESHAPE output -> its input tensor
+        self.at = "the model header"  # what is being read (for the sentence of a corrupt file)
 
     # -- flatbuffer access ----------------------------------------------------------------------
     def fail(self, msg: str):
@@ -139,22 +170,25 @@ class _Importer:
     def run(self) -> ImportedTFLite:
         tfl = self.tfl
         if len(self.data) < 16:
-            raise InputError(f"{self.path}: truncated TFLite flatbuffer ({len(self.data)} bytes).")
+            raise InputError(f"{self.path}: not a complete TFLite flatbuffer: the file has only {len(self.data)} "
+                             "bytes (truncated).")
         root = struct.unpack_from("<I", self.data, 0)[0]
         if root + 4 > len(self.data):
-            raise InputError(f"{self.path}: truncated or corrupt TFLite flatbuffer (root offset {root} "
-                             f"past the end of a {len(self.data)}-byte file).")
+            raise InputError(f"{self.path}: not a complete TFLite flatbuffer: its root table offset {root} is "
+                             f"past the end of the {len(self.data)}-byte file (truncated or corrupt).")
         m = tfl.Model.GetRootAsModel(self.data, 0)
         self.m = m
         if m.Version() != 3:
             self.fail(f"TFLite schema version {m.Version()} is not 3.")
         if m.SubgraphsLength() < 1:
             self.fail("the model has no subgraph.")
+        self.at = "subgraph 0"
         sg = m.Subgraphs(0)
         self.sg = sg
         # Operator codes, custom and flex ops first: they make the whole model unusable.
         self.codes: list[str] = []
         for i in range(m.OperatorCodesLength()):
+            self.at = f"operator code {i}"
             oc = m.OperatorCodes(i)
             code = max(oc.BuiltinCode(), oc.DeprecatedBuiltinCode())
             name = self.op_names.get(code, f"BUILTIN_{code}")
@@ -168,6 +202,7 @@ class _Importer:
         n_ops = sg.OperatorsLength()
         ops = []
         for i in range(n_ops):
+            self.at = f"operator {i}"
             op = sg.Operators(i)
             if op.OpcodeIndex() >= len(self.codes):
                 raise InputError(f"{self.path}: corrupt TFLite flatbuffer (operator {i} has opcode index "
@@ -179,6 +214,7 @@ class _Importer:
             self.fail(f"TFLite operator(s) {', '.join(unsupported)} not supported by nafix's importer "
                       f"(supported: {', '.join(sorted(_HANDLERS))}).")
         self._check_tensors()
+        self.at = "the graph inputs and outputs"
 
         # Graph inputs and outputs keep their TFLite names (made unique and ONNX-safe).
         in_idx = [int(sg.Inputs(i)) for i in range(sg.InputsLength())]
@@ -204,6 +240,7 @@ class _Importer:
 
         op_records: list[tuple[str, list[int]]] = []
         for i, (op, name) in enumerate(ops):
+            self.at = f"operator {i} ({name})"
             opts = self.options(op, name)
             self.cur = {"tflite.op": name, "tflite.index": str(i)}
             fused = self.fused_name(opts)
@@ -217,6 +254,7 @@ class _Importer:
             _HANDLERS[name](self, ins, outs, opts)
             op_records.append((name, [t for t in outs if t in self.qouts]))
         self.cur = None
+        self.at = "the graph outputs"
 
         # Graph outputs: in TFLite order and type, renamed to the TFLite tensor names.
         graph_outputs = []
@@ -288,8 +326,10 @@ class _Importer:
         sg, m = self.sg, self.m
         nbuf = m.BuffersLength()
         for t in range(sg.TensorsLength()):
+            self.at = f"tensor {t}"
             ten = sg.Tensors(t)
             tname = self.type_names.get(ten.Type(), str(ten.Type()))
+            self._check_shape(t, ten, tname)
             b = ten.Buffer()
             if b >= nbuf:
                 raise InputError(f"{self.path}: corrupt TFLite flatbuffer (tensor {t} uses buffer {b} of {nbuf}).")
@@ -310,8 +350,34 @@ class _Importer:
             if has_data and buf.Offset() > 1:
                 end = buf.Offset() + buf.Size()
                 if end > len(self.data):
-                    raise InputError(f"{self.path}: truncated TFLite file (buffer {b} ends at byte {end}, "
-                                     f"the file has {len(self.data)}).")
+                    raise InputError(f"{self.path}: not a complete TFLite flatbuffer: buffer {b} (tensor "
+                                     f"'{self.tname(t)}') ends at byte {end}, past the end of the "
+                                     f"{len(self.data)}-byte file (truncated or corrupt).")
+
+    def _check_shape(self, t: int, ten, type_name: str) -> None:
+        """A tensor's shape must be one a model can have: no negative dimension (a dynamic one is in the
+        shape signature, not the shape), at most :data:`MAX_RANK` dimensions and
+        :data:`MAX_TENSOR_BYTES` bytes (a corrupt or hostile file would make nafix allocate it)."""
+        rank = ten.ShapeLength()
+        if rank > MAX_RANK:
+            raise InputError(f"{self.path}: not a valid TFLite model: tensor {t} claims {rank} dimensions (a TFLite "
+                             f"tensor has at most {MAX_RANK}; the file is corrupt).")
+        if rank == 0:
+            return
+        dims = [int(d) for d in ten.ShapeAsNumpy()]
+        if any(d < 0 for d in dims):
+            raise InputError(f"{self.path}: not a valid TFLite model: tensor '{self.tname(t)}' has the shape {dims}, "
+                             "with a negative dimension (a dynamic one belongs in the shape signature; the file "
+                             "is corrupt).")
+        n = 1
+        for d in dims:
+            n *= d
+        size = n * _TYPE_BYTES.get(type_name, 4)
+        if size > MAX_TENSOR_BYTES:
+            raise InputError(f"{self.path}: TFLite tensor '{self.tname(t)}' has the shape {dims}: {n:,} elements, "
+                             f"{size / 2**30:,.1f} GiB, more than any model for the STM32N6 can hold (nafix refuses "
+                             f"tensors over {MAX_TENSOR_BYTES // 2**20} MiB; the file is corrupt or not a model for "
+                             "an MCU).")
 
     def tname(self, t: int) -> str:
         raw = self.sg.Tensors(t).Name()

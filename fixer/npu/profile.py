@@ -134,10 +134,119 @@ def _choice(entry: Mapping[str, Any], key: str, where: str, path: str, choices, 
     return value
 
 
+# -- the structure of a profile ----------------------------------------------------------------------
+# One description of what every key holds, checked once before the profile is read (a wrong type is
+# one sentence naming the file, the key and the type expected, not an exception from deep inside).
+# Containers may be empty (``null``); keys not listed are ignored.
+
+_TEXT = "text"  # a string (or a number YAML read from unquoted text: a version 2.2, a source 3)
+_NUMBER = "number"
+_INT = "integer"
+_BOOL = "bool"
+_LIST_OF_TEXT = ("list", _TEXT)
+
+
+def _mapping_of(entry) -> tuple:
+    return ("map", entry)
+
+
+_PROFILE_SCHEMA: dict = {
+    "name": _TEXT,
+    "description": _TEXT,
+    "limits": _mapping_of({"value": _NUMBER, "tag": _TEXT, "source": _TEXT}),
+    "operators": _mapping_of({"tier": _TEXT, "epoch": _TEXT, "tag": _TEXT, "constraints": _LIST_OF_TEXT, "why": _TEXT,
+                              "extra_epochs": _INT, "reported_as": _TEXT}),
+    "sw_int8_kernels": {"ops": _LIST_OF_TEXT, "tag": _TEXT, "source": _TEXT},
+    "cores": {"default": _TEXT,
+              "versions": _mapping_of({"tag": _TEXT, "hybrid_ops": _LIST_OF_TEXT, "float_suffix": _BOOL,
+                                       "sw_lowered": _mapping_of(_LIST_OF_TEXT), "limits": _mapping_of(_NUMBER),
+                                       "constraints_off": _LIST_OF_TEXT, "fuse_ops": _LIST_OF_TEXT,
+                                       "source": _TEXT})},
+    "lowerings": _mapping_of({"inserts": ("one-or-list", _TEXT), "tag": _TEXT, "source": _TEXT}),
+}
+
+_EXPECTED = {_TEXT: "text", _NUMBER: "a number", _INT: "a whole number", _BOOL: "true or false"}
+
+
+def _expected(schema) -> str:
+    if isinstance(schema, str):
+        return _EXPECTED[schema]
+    if isinstance(schema, dict):
+        return f"a mapping (with {', '.join(schema)})"
+    kind, inner = schema
+    if kind == "map":
+        return f"a mapping of names to {_expected(inner)}"
+    if kind == "list":
+        return f"a list of {_expected(inner)}"
+    return f"{_expected(inner)} or a list of {_expected(inner)}"
+
+
+def _found(value) -> str:
+    if value is None:
+        return "empty"
+    if isinstance(value, bool):
+        return f"{str(value).lower()} (true/false)"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, (int, float)):
+        return f"the number {value!r}"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}"
+    return type(value).__name__
+
+
+def _check_structure(value, schema, key: str, path: str) -> None:
+    """Raise a ProfileError naming ``path``, the key path ``key`` and the type expected where
+    ``value`` does not have the structure ``schema`` describes."""
+    def wrong():
+        return ProfileError(f"{path}: '{key}' must be {_expected(schema)}, not {_found(value)}.")
+
+    if isinstance(schema, str):
+        if schema == _BOOL:
+            ok = isinstance(value, bool)
+        elif schema == _INT:
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif schema == _NUMBER:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, (str, int, float)) and not isinstance(value, bool)
+        if not ok:
+            raise wrong()
+        return
+    if value is None:  # an empty container
+        return
+    if isinstance(schema, dict):
+        if not isinstance(value, Mapping):
+            raise wrong()
+        for k, sub in schema.items():
+            if value.get(k) is not None:  # (an empty key: as if not given; the reader says if it is needed)
+                _check_structure(value[k], sub, f"{key}.{k}" if key else k, path)
+        return
+    kind, inner = schema
+    if kind == "map":
+        if not isinstance(value, Mapping):
+            raise wrong()
+        for k, v in value.items():
+            _check_structure(v, inner, f"{key}.{k}", path)
+    elif kind == "list" or (kind == "one-or-list" and isinstance(value, list)):
+        if not isinstance(value, list):
+            raise wrong()
+        for i, v in enumerate(value):
+            _check_structure(v, inner, f"{key}[{i}]", path)
+    else:
+        try:
+            _check_structure(value, inner, key, path)
+        except ProfileError:
+            raise wrong() from None
+
+
 def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()) -> TargetProfile:
     """Validate a profile mapping (as read from YAML) into a :class:`TargetProfile`."""
     if not isinstance(data, Mapping):
         raise ProfileError(f"{path}: a target profile must be a mapping with 'name', 'limits' and 'operators'.")
+    _check_structure(data, _PROFILE_SCHEMA, "", path)
     name = str(_require(data, "name", "<top>", path))
     limits: dict[str, Limit] = {}
     for key, entry in (_require(data, "limits", "<top>", path) or {}).items():
