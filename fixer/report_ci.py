@@ -5,7 +5,6 @@ GitHub workflow-command annotations and one self-contained HTML page. Each reads
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -23,8 +22,16 @@ def _ok(row: dict[str, Any]) -> bool:
 
 
 def _uri(path: str) -> str:
+    """A model path as a SARIF artifact URI: absolute (symbolic links resolved) or relative,
+    percent-encoded; never fails (a path the file system refuses, e.g. with a NUL byte, is encoded
+    as given)."""
     p = Path(path)
-    return p.resolve().as_uri() if p.is_absolute() else quote(p.as_posix())
+    if not p.is_absolute():
+        return quote(p.as_posix())
+    try:
+        return p.resolve().as_uri()
+    except (OSError, ValueError, RuntimeError):  # NUL byte, symlink loop, unreadable folder
+        return "file://" + quote(p.as_posix())
 
 
 def _sw_message(n: dict[str, Any]) -> str:
@@ -252,4 +259,6 @@ def html_report(report: dict[str, Any]) -> str:
 
 
 def sarif_text(report: dict[str, Any]) -> str:
-    return json.dumps(sarif_report(report), indent=2) + "\n"
+    from .json_schema import dumps
+
+    return dumps(sarif_report(report), indent=2) + "\n"
