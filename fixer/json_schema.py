@@ -136,13 +136,13 @@ def read_json_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
 
 
 def read_json_file(path: str | os.PathLike[str], schema: "Schema", *, what: str, hint: str,
-                   missing: str | None = None, max_bytes: int = MAX_REPORT_BYTES) -> Any:
+                   missing: str | None = None, max_bytes: int | None = None) -> Any:
     """Read, parse and check the JSON file ``path`` (a ``what``, e.g. "baseline file"); every
     failure is one :class:`InputError` sentence naming the file and, for a bad value, its JSON path,
     followed by ``hint`` (what to do)."""
     p = Path(path)
     try:
-        data = read_json_bytes(p, max_bytes=max_bytes)
+        data = read_json_bytes(p, max_bytes=MAX_REPORT_BYTES if max_bytes is None else max_bytes)
     except FileNotFoundError:
         raise InputError(f"{p}: {missing or f'{what} not found'}.") from None
     except JSONProblem as exc:
@@ -319,7 +319,19 @@ class Opt(Schema):
         self.expected = f"null or {inner.expected}"
 
     def check(self, v, where):
-        return None if v is None else self.inner.check(v, where)
+        if v is None:
+            return None
+        found = self.inner.check(v, where)
+        if found is not None and found == self.inner.bad(v, where):  # the wrong type: say null was fine too
+            return self.bad(v, where)
+        return found
+
+
+class Null(Schema):
+    expected = "null"
+
+    def check(self, v, where):
+        return None if v is None else self.bad(v, where)
 
 
 class ListOf(Schema):
@@ -445,7 +457,7 @@ EPOCH = Obj({"index": COUNT, "unit": TEXT, "nodes": ListOf(NAME)}, {"reported_as
 #: A model that was analysed: ``fixer.report.analysis_dict`` plus path, sha256 and error.
 ANALYSED_ROW = Obj(
     {"path": PATH, "estimate": ESTIMATE, "memory": MEMORY, "sw_nodes": ListOf(SW_NODE)},
-    {"sha256": Opt(TEXT), "error": Opt(Str()), "notes": ListOf(NOTE), "findings": ListOf(FINDING),
+    {"sha256": Opt(TEXT), "error": Null(), "notes": ListOf(NOTE), "findings": ListOf(FINDING),
      "epochs": ListOf(EPOCH), "dynamic_dims": TEXTS, "warnings": TEXTS, "source_format": TEXT,
      "import_check": Opt(Obj({})), "oe_export": Bool()},
 )
