@@ -73,23 +73,43 @@ def _finite_float(text: str) -> float:
 
 
 def _depth_problem(value: Any, max_depth: int) -> str | None:
-    """The path of the first value nested deeper than ``max_depth`` (iterative: no recursion)."""
-    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
+    """The JSON path of the first value nested deeper than ``max_depth`` (iterative: no recursion;
+    paths are built only for a value that fails)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        v, depth, where = stack.pop()
-        if isinstance(v, (dict, list)):
-            if depth > max_depth:
-                return where or "$"
-            items = v.items() if isinstance(v, dict) else enumerate(v)
-            for k, child in items:
-                if isinstance(child, (dict, list)):
-                    stack.append((child, depth + 1, _join(where, k)))
-    return None
+        v, depth = pop()
+        if depth > max_depth:
+            break
+        for child in (v.values() if v.__class__ is dict else v):
+            if child.__class__ is dict or child.__class__ is list:
+                push((child, depth + 1))
+    else:
+        return None
+    where, v = "", value  # find the path: follow the deepest branch
+    for _ in range(max_depth):
+        items = v.items() if isinstance(v, dict) else enumerate(v)
+        best = max(((_height(c), k, c) for k, c in items if isinstance(c, (dict, list))), key=lambda t: t[0])
+        where, v = _join(where, best[1]), best[2]
+    return where
 
 
-def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
+def _height(v: Any) -> int:
+    """How many levels of containers ``v`` holds (iterative)."""
+    top, stack = 0, [(v, 1)]
+    while stack:
+        x, d = stack.pop()
+        top = max(top, d)
+        for c in (x.values() if isinstance(x, dict) else x):
+            if isinstance(c, (dict, list)):
+                stack.append((c, d + 1))
+    return top
+
+
+def parse_json(text: str | bytes, *, max_depth: int | None = MAX_DEPTH) -> Any:
     """``text`` parsed as strict JSON, or :class:`JSONProblem`: not JSON, ``NaN``/``Infinity``, a
-    number beyond a float, nesting deeper than ``max_depth``."""
+    number beyond a float, nesting deeper than ``max_depth`` (None: only what the parser itself
+    refuses, for a value checked against a :class:`Schema` next, which bounds the nesting)."""
     try:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except JSONProblem:
@@ -101,7 +121,7 @@ def parse_json(text: str | bytes, *, max_depth: int = MAX_DEPTH) -> Any:
     except (ValueError, TypeError) as exc:  # JSONDecodeError, an integer of more than 4300 digits
         first = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
         raise JSONProblem("", f"it is not valid JSON ({first})") from None
-    deep = _depth_problem(value, max_depth)
+    deep = _depth_problem(value, max_depth) if max_depth is not None else None
     if deep is not None:
         raise JSONProblem(deep, f"nested too deeply (more than {max_depth} levels)")
     return value
@@ -135,11 +155,13 @@ def read_json_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
         os.close(fd)
 
 
-def read_json_file(path: str | os.PathLike[str], schema: "Schema", *, what: str, hint: str,
+def read_json_file(path: str | os.PathLike[str], schema: "Schema | None", *, what: str, hint: str,
                    missing: str | None = None, max_bytes: int | None = None) -> Any:
-    """Read, parse and check the JSON file ``path`` (a ``what``, e.g. "baseline file"); every
-    failure is one :class:`InputError` sentence naming the file and, for a bad value, its JSON path,
-    followed by ``hint`` (what to do)."""
+    """Read, parse and check the JSON file ``path`` (a ``what``, e.g. "baseline file") against
+    ``schema``; every failure is one :class:`InputError` sentence naming the file and, for a bad
+    value, its JSON path, followed by ``hint`` (what to do). With ``schema`` None the value is
+    only parsed: the caller must check it with :func:`problem` before reading into it (the check
+    bounds the nesting)."""
     p = Path(path)
     try:
         data = read_json_bytes(p, max_bytes=MAX_REPORT_BYTES if max_bytes is None else max_bytes)
@@ -150,11 +172,11 @@ def read_json_file(path: str | os.PathLike[str], schema: "Schema", *, what: str,
     except OSError as exc:
         raise InputError(f"{p}: the {what} cannot be read ({exc.strerror or exc}).") from None
     try:
-        value = parse_json(data)
+        value = parse_json(data, max_depth=None)
     except JSONProblem as exc:
         at = f" at {exc.where}" if exc.where else ""
         raise InputError(f"{p}: not a valid {what}{at}: {exc.message}; {hint}") from None
-    found = problem(value, schema)
+    found = problem(value, schema) if schema is not None else None
     if found is not None:
         raise InputError(f"{p}: {found}; {hint}")
     return value
@@ -220,23 +242,54 @@ def _kind(v: Any) -> str:
     return type(v).__name__
 
 
+class Bad:
+    """Why a value does not fit: ``message`` ("must be ...") and the keys from the value up to the
+    root (``keys``, innermost first: the JSON path is built only for a value that does not fit)."""
+
+    __slots__ = ("message", "keys")
+
+    def __init__(self, message: str):
+        self.message = message
+        self.keys: list[Any] = []
+
+    def at(self, key: Any) -> "Bad":
+        self.keys.append(key)
+        return self
+
+    def path(self, root: str = "") -> str:
+        where = root
+        for k in reversed(self.keys):
+            where = _join(where, k)
+        return where
+
+
 class Schema:
-    """A JSON shape: :meth:`check` returns None, or (JSON path, what the value must be)."""
+    """A JSON shape: :meth:`check` returns None, or :class:`Bad`."""
 
     expected = "a JSON value"
 
-    def check(self, v: Any, where: str) -> tuple[str, str] | None:  # pragma: no cover - overridden
+    def check(self, v: Any) -> Bad | None:  # pragma: no cover - overridden
         raise NotImplementedError
 
-    def bad(self, v: Any, where: str, expected: str | None = None) -> tuple[str, str]:
-        return where, f"must be {expected or self.expected}, not {_kind(v)}"
+    def bad(self, v: Any) -> Bad:
+        return Bad(f"must be {self.expected}, not {_kind(v)}")
+
+
+def _deep(v: Any, max_depth: int) -> Bad | None:
+    """A value nested more than ``max_depth`` levels below ``v`` (iterative: no recursion)."""
+    if not isinstance(v, (dict, list)):
+        return None
+    if _depth_problem(v, max_depth) is None:
+        return None
+    return Bad(f"is nested too deeply (more than {max_depth} levels)")
 
 
 class AnyJSON(Schema):
-    """Any JSON value (nesting is bounded by :func:`parse_json`)."""
+    """Any JSON value, nested at most :data:`MAX_DEPTH` levels (nafix does not read it; it may write
+    it again)."""
 
-    def check(self, v, where):
-        return None
+    def check(self, v):
+        return _deep(v, MAX_DEPTH)
 
 
 class Str(Schema):
@@ -247,19 +300,21 @@ class Str(Schema):
         self.empty, self.max_len = empty, max_len
         self.expected = "a string" if empty else "a non-empty string"
 
-    def check(self, v, where):
-        if not isinstance(v, str):
-            return self.bad(v, where)
+    def check(self, v):
+        if v.__class__ is not str:
+            if not isinstance(v, str):
+                return self.bad(v)
         if not v and not self.empty:
-            return where, "must be a non-empty string"
+            return Bad("must be a non-empty string")
         if self.max_len is not None and len(v) > self.max_len:
-            return where, f"must be a string of at most {self.max_len} characters"
+            return Bad(f"must be a string of at most {self.max_len} characters")
         if "\0" in v:
-            return where, "must not hold a NUL byte"
-        try:
-            v.encode("utf-8")
-        except UnicodeEncodeError:
-            return where, "must be valid Unicode text (it holds a lone surrogate)"
+            return Bad("must not hold a NUL byte")
+        if not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return Bad("must be valid Unicode text (it holds a lone surrogate)")
         return None
 
 
@@ -270,11 +325,11 @@ class Int(Schema):
         self.lo, self.hi = lo, hi
         self.expected = "a non-negative integer" if lo == 0 else f"an integer from {lo} to {hi}"
 
-    def check(self, v, where):
-        if not isinstance(v, int) or isinstance(v, bool):
-            return self.bad(v, where)
+    def check(self, v):
+        if v.__class__ is not int:
+            return self.bad(v)  # bool is a subclass of int: refused too
         if not self.lo <= v <= self.hi:
-            return where, f"must be an integer from {self.lo} to {self.hi}, not {v}"
+            return Bad(f"must be an integer from {self.lo} to {self.hi}, not {v if abs(v) < 10**30 else 'a larger one'}")
         return None
 
 
@@ -285,19 +340,26 @@ class Num(Schema):
         self.lo, self.hi = lo, hi
         self.expected = "a number" if math.isinf(lo) and math.isinf(hi) else f"a number from {lo:g} to {hi:g}"
 
-    def check(self, v, where):
-        if not isinstance(v, (int, float)) or isinstance(v, bool):
-            return self.bad(v, where)
-        if isinstance(v, int) and abs(v) > MAX_INT or not (self.lo <= v <= self.hi):
-            return where, f"must be {self.expected}, not {v!r:.40}"
+    def check(self, v):
+        if v.__class__ is not float and v.__class__ is not int:
+            return self.bad(v)
+        if v.__class__ is int and abs(v) > MAX_INT or not (self.lo <= v <= self.hi):
+            return Bad(f"must be {self.expected}, not {v if abs(v) < 10**30 else 'a larger one'}")
         return None
 
 
 class Bool(Schema):
     expected = "true or false"
 
-    def check(self, v, where):
-        return None if isinstance(v, bool) else self.bad(v, where)
+    def check(self, v):
+        return None if v is True or v is False else self.bad(v)
+
+
+class Null(Schema):
+    expected = "null"
+
+    def check(self, v):
+        return None if v is None else self.bad(v)
 
 
 class Const(Schema):
@@ -305,10 +367,10 @@ class Const(Schema):
         self.value = value
         self.expected = json.dumps(value)
 
-    def check(self, v, where):
+    def check(self, v):
         if type(v) is type(self.value) and v == self.value:
             return None
-        return where, f"must be {self.expected}, not {json.dumps(v)[:60] if isinstance(v, str) else _kind(v)}"
+        return Bad(f"must be {self.expected}, not {json.dumps(v[:60]) if isinstance(v, str) else _kind(v)}")
 
 
 class Opt(Schema):
@@ -318,20 +380,13 @@ class Opt(Schema):
         self.inner = inner
         self.expected = f"null or {inner.expected}"
 
-    def check(self, v, where):
+    def check(self, v):
         if v is None:
             return None
-        found = self.inner.check(v, where)
-        if found is not None and found == self.inner.bad(v, where):  # the wrong type: say null was fine too
-            return self.bad(v, where)
+        found = self.inner.check(v)
+        if found is not None and not found.keys and found.message == self.inner.bad(v).message:
+            return self.bad(v)  # the wrong type: say that null would do too
         return found
-
-
-class Null(Schema):
-    expected = "null"
-
-    def check(self, v, where):
-        return None if v is None else self.bad(v, where)
 
 
 class ListOf(Schema):
@@ -339,13 +394,14 @@ class ListOf(Schema):
         self.item = item
         self.expected = "a list"
 
-    def check(self, v, where):
-        if not isinstance(v, list):
-            return self.bad(v, where)
+    def check(self, v):
+        if v.__class__ is not list:
+            return self.bad(v)
+        check = self.item.check
         for i, x in enumerate(v):
-            found = self.item.check(x, _join(where, i))
+            found = check(x)
             if found is not None:
-                return found
+                return found.at(i)
         return None
 
 
@@ -356,42 +412,50 @@ class MapOf(Schema):
         self.key, self.value = key, value
         self.expected = "an object"
 
-    def check(self, v, where):
-        if not isinstance(v, dict):
-            return self.bad(v, where)
+    def check(self, v):
+        if v.__class__ is not dict:
+            return self.bad(v)
+        check_key, check = self.key.check, self.value.check
         for k, x in v.items():
-            at = _join(where, k)
-            found = self.key.check(k, at)
+            found = check_key(k)
             if found is not None:
-                return at, f"(a key) {found[1]}"
-            found = self.value.check(x, at)
+                return Bad(f"(a key) {found.message}").at(k)
+            found = check(x)
             if found is not None:
-                return found
+                return found.at(k)
         return None
 
 
 class Obj(Schema):
-    """An object with ``required`` and ``optional`` keys of the given shapes (other keys: any JSON)."""
+    """An object with ``required`` and ``optional`` keys of the given shapes; other keys may hold any
+    JSON value (nested at most :data:`MAX_DEPTH` levels)."""
 
     def __init__(self, required: dict[str, Schema], optional: dict[str, Schema] | None = None,
                  *, expected: str = "an object"):
         self.required, self.optional = required, optional or {}
+        self.known = set(self.required) | set(self.optional)
         self.expected = expected
 
-    def check(self, v, where):
-        if not isinstance(v, dict):
-            return self.bad(v, where)
+    def check(self, v):
+        if v.__class__ is not dict:
+            return self.bad(v)
         for k, s in self.required.items():
             if k not in v:
-                return _join(where, k), f"is missing ({s.expected})"
-            found = s.check(v[k], _join(where, k))
+                return Bad(f"is missing ({s.expected})").at(k)
+            found = s.check(v[k])
             if found is not None:
-                return found
+                return found.at(k)
         for k, s in self.optional.items():
             if k in v:
-                found = s.check(v[k], _join(where, k))
+                found = s.check(v[k])
                 if found is not None:
-                    return found
+                    return found.at(k)
+        if len(v) > len(self.known) or not self.known.issuperset(v):
+            for k, x in v.items():
+                if k not in self.known:
+                    found = _deep(x, MAX_DEPTH)
+                    if found is not None:
+                        return found.at(k)
         return None
 
 
@@ -402,19 +466,18 @@ class When(Schema):
         self.test, self.then, self.otherwise = test, then, otherwise
         self.expected = otherwise.expected
 
-    def check(self, v, where):
-        if not isinstance(v, dict):
-            return self.bad(v, where)
-        return (self.then if self.test(v) else self.otherwise).check(v, where)
+    def check(self, v):
+        if v.__class__ is not dict:
+            return self.bad(v)
+        return (self.then if self.test(v) else self.otherwise).check(v)
 
 
 def problem(value: Any, schema: Schema, where: str = "") -> str | None:
     """None when ``value`` fits ``schema``, else one phrase: "<JSON path> must be ..."."""
-    found = schema.check(value, where)
+    found = schema.check(value)
     if found is None:
         return None
-    at, what = found
-    return f"{at or 'the top level'} {what}"
+    return f"{found.path(where) or 'the top level'} {found.message}"
 
 
 # ------------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InputError
-from ..json_schema import BASELINE, BASELINE_SCHEMA, AnyJSON, dumps, problem, read_json_file
+from ..json_schema import BASELINE, BASELINE_SCHEMA, dumps, problem, read_json_file
 
 SCHEMA = BASELINE_SCHEMA
 #: HW ratios are rounded to 4 places in reports; a smaller change is noise
@@ -62,7 +62,7 @@ def load_baseline(path: str | os.PathLike[str]) -> dict[str, Any]:
     the JSON path of the first bad value."""
     p = Path(path)
     hint = "write it again with --write-baseline."
-    data = read_json_file(p, AnyJSON(), what="baseline file", hint=hint,
+    data = read_json_file(p, None, what="baseline file", hint=hint,
                           missing=f"baseline file not found (write one with --write-baseline {p})")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise InputError(f"{p}: not a nafix baseline (expected \"schema\": \"{SCHEMA}\"); {hint}")

@@ -170,7 +170,7 @@ class Cache:
         again and the entry replaced."""
         f = self._file(key)
         try:
-            entry = parse_json(read_json_bytes(f, max_bytes=MAX_CACHE_ENTRY_BYTES))
+            entry = parse_json(read_json_bytes(f, max_bytes=MAX_CACHE_ENTRY_BYTES), max_depth=None)  # checked below
         except FileNotFoundError:
             self.misses += 1
             return None

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import InputError
-from ..json_schema import REPORT, AnyJSON, problem, read_json_file
+from ..json_schema import REPORT, problem, read_json_file
 from .runner import build_report
 
 #: At most this many missing shards are named in the warning (the rest are counted).
@@ -20,7 +20,7 @@ def read_report(path: str | os.PathLike[str]) -> dict[str, Any]:
     bad value otherwise."""
     p = Path(path)
     hint = "write the report again with nafix audit --format json -o FILE."
-    data = read_json_file(p, AnyJSON(), what="JSON audit report", hint=hint, missing="report file not found")
+    data = read_json_file(p, None, what="JSON audit report", hint=hint, missing="report file not found")
     if not (isinstance(data, dict) and "models" in data):
         raise InputError(f"{p}: not a nafix audit JSON report (write one with nafix audit --format json -o FILE).")
     found = problem(data, REPORT)
