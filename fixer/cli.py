@@ -76,8 +76,39 @@ def _stdout_failed(exc: OSError) -> "NafixError":
     from .errors import OutputError
 
     _stdout_to_devnull()
-    return OutputError(f"cannot write to standard output ({exc.strerror or exc}); the report is incomplete "
-                       "(write it to a file with -o FILE).")
+    return OutputError(f"cannot write to standard output ({exc.strerror or exc}); the output is incomplete.")
+
+
+class _StdoutError(OSError):
+    """A write to standard output failed (not a closed pipe): see :class:`_GuardedStdout`."""
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: a failed write or flush (a full disk, an I/O error)
+    becomes :class:`_StdoutError`, so the top level tells it from a nafix bug whoever wrote
+    (nafix, Rich, typer's help page). Everything else is the real stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _StdoutError(exc.errno, exc.strerror) from None
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _StdoutError(exc.errno, exc.strerror) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def _stdout(text: str) -> None:
@@ -846,6 +877,15 @@ def main(argv: Optional[list[str]] = None) -> None:
             stream.reconfigure(errors="backslashreplace")
         except Exception:  # noqa: BLE001 - not a TextIOWrapper (tests, embedding): leave it
             pass
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedStdout(real_stdout)
+    try:
+        _main(args)
+    finally:
+        sys.stdout = real_stdout
+
+
+def _main(args: list[str]) -> None:
     ce = _click_exceptions()
     no_args = getattr(ce, "NoArgsIsHelpError", None)
     try:
@@ -877,6 +917,9 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise
         _error("nafix ran out of memory (a very large model or input, or a size option far too big); "
                "check the sizes given, or run on a machine with more memory.")
+        sys.exit(2)
+    except _StdoutError as exc:  # e.g. --help on a full disk: not a nafix bug
+        _error(_stdout_failed(exc).message)
         sys.exit(2)
     except Exception:
         if _state["debug"]:

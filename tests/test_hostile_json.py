@@ -465,6 +465,7 @@ def test_timeout_inf_is_no_limit_and_nan_is_refused(capsys, value, code):
     ["audit", str(SOFTMAX)],
     ["audit", str(SOFTMAX), "-f", "json"],
     ["rules", "NAF001"],
+    ["--help"],  # printed by typer's own Rich console
 ])
 def test_a_full_stdout_is_one_error_line(args):
     with open("/dev/full", "w") as full:
