@@ -294,10 +294,10 @@ class AnyJSON(Schema):
 
 class Str(Schema):
     """Text: no NUL byte (a path with one cannot be opened and breaks other tools), valid Unicode
-    (no lone surrogate, which could not be written as UTF-8)."""
+    (no lone surrogate, unless ``surrogates``: a path read from a file name that is not UTF-8)."""
 
-    def __init__(self, *, empty: bool = True, max_len: int | None = None):
-        self.empty, self.max_len = empty, max_len
+    def __init__(self, *, empty: bool = True, max_len: int | None = None, surrogates: bool = False):
+        self.empty, self.max_len, self.surrogates = empty, max_len, surrogates
         self.expected = "a string" if empty else "a non-empty string"
 
     def check(self, v):
@@ -310,7 +310,7 @@ class Str(Schema):
             return Bad(f"must be a string of at most {self.max_len} characters")
         if "\0" in v:
             return Bad("must not hold a NUL byte")
-        if not v.isascii():
+        if not self.surrogates and not v.isascii():
             try:
                 v.encode("utf-8")
             except UnicodeEncodeError:
@@ -488,8 +488,9 @@ TEXT = Str()
 NAME = Str()  # node, tensor and op names: any text, never NUL
 TEXTS = ListOf(TEXT)
 COUNT = Int()
-#: A model path as a row names it.
-PATH = Str(empty=False, max_len=4096)
+#: A model path as a row names it (a file name that is not UTF-8 holds lone surrogates, as Python
+#: reads it: nafix writes them as \udcXX escapes, which every writer handles).
+PATH = Str(empty=False, max_len=4096, surrogates=True)
 
 #: ``fixer.npu.estimate.EpochEstimate.as_dict``
 ESTIMATE = Obj(

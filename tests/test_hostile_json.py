@@ -111,7 +111,7 @@ ROW_CASES = {
     "ratio_1e400": (_set("estimate.hw_ratio", "@1e400@"), "1e400"),
     "fits_string": (_set("memory.fits_on_chip", "yes"), "models[0].memory.fits_on_chip"),
     "path_nul": (_set("path", "/abs/a\0b.onnx"), "models[0].path"),
-    "path_surrogate": (_set("path", "bad\udc80.onnx"), "models[0].path"),
+    "name_surrogate": (_set("sw_nodes[0].name", "bad\udc80"), "models[0].sw_nodes[0].name"),
     "path_list": (_set("path", ["a.onnx"]), "models[0].path"),
     "empty_error_no_estimate": (_set("estimate", None), "models[0].estimate"),
     "error_not_text": (_set("error", {"x": 1}), "models[0].error must be a non-empty string"),
@@ -158,6 +158,22 @@ def test_a_well_formed_report_merges_in_every_format(tmp_path, capsys, fmt):
     p.write_text(_report())
     code, out, err = run(["audit", "merge", p, "-f", fmt], capsys)
     assert code == 0 and "error" not in err and out
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="file names of any bytes")
+def test_a_model_named_with_bytes_that_are_not_utf8_reports_and_merges_in_every_format(tmp_path, capsys):
+    folder = tmp_path / "zoo"
+    folder.mkdir()
+    (folder / os.fsdecode(b"\xff.onnx")).write_bytes(SOFTMAX.read_bytes())
+    code, out, err = run(["audit", folder, "-f", "json", "-o", tmp_path / "r.json"], capsys)
+    assert code == 0, err
+    for fmt in FORMATS:
+        for dest in (["-o", tmp_path / f"out.{fmt}"], []):
+            code, out, err = run(["audit", "merge", tmp_path / "r.json", "-f", fmt, *dest], capsys)
+            assert code == 0 and "error" not in err, err
+    sarif = json.loads((tmp_path / "out.sarif").read_text())
+    assert sarif["runs"][0]["artifacts"][0]["location"]["uri"].endswith("zoo/%FF.onnx")
+    assert "\\udcff.onnx" in (tmp_path / "out.markdown").read_text()
 
 
 def test_merge_of_a_report_with_an_error_row_says_why(tmp_path, capsys):
