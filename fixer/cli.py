@@ -239,7 +239,7 @@ def audit_cmd(
         baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
         _distinct_outputs(("-o/--output", target), ("--write-baseline", baseline_target))
         opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
-        zoo = ZooOptions(jobs=jobs, timeout=_seconds(timeout, "--timeout"), cache_dir=Path(cache_dir) if cache_dir else None,
+        zoo = ZooOptions(jobs=jobs, timeout=_seconds(timeout), cache_dir=Path(cache_dir) if cache_dir else None,
                          use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor)
         base = None
         if baseline is not None:
@@ -799,12 +799,8 @@ def _distinct_outputs(*named: tuple[str, Optional[Path]]) -> None:
         seen[key] = (option, p)
 
 
-def _seconds(value: float, option: str) -> Optional[float]:
-    """A time limit in seconds: 0 or infinity is none (None); NaN is refused."""
-    from .errors import UsageError
-
-    if math.isnan(value):
-        raise UsageError(f"{option} must be a number of seconds (0: no limit), not NaN.")
+def _seconds(value: float) -> Optional[float]:
+    """A time limit in seconds: 0 or infinity is none (None). (click's range check refuses NaN.)"""
     return None if value == 0 or math.isinf(value) else value
 
 

@@ -8,7 +8,7 @@ another tool or made to hurt, so each one is
   ``max_bytes``, UTF-8 (:func:`read_json_file`, :func:`read_json_bytes`);
 - **parsed safely**: ``NaN``/``Infinity`` and numbers too large for a float (``1e400``) are not JSON
   values nafix writes, nesting deeper than :data:`MAX_DEPTH` is refused instead of raising
-  ``RecursionError`` (:func:`parse_json`);
+  ``RecursionError`` (:func:`parse_json`, and the schema check for what it parsed);
 - **checked against its schema**, recursively (:func:`problem`): text where nafix writes text (no
   NUL byte, valid Unicode), non-negative integers of a sane size where it writes counts, lists of
   strings where it writes lists of strings, and so on; the first bad value is named by its JSON path
@@ -54,6 +54,10 @@ class JSONProblem(ValueError):
         super().__init__(f"{where}: {message}" if where else message)
         self.where = where
         self.message = message
+
+
+class NotAFile(JSONProblem):
+    """The path names a folder, a FIFO, a socket or a device, not a file."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -114,8 +118,8 @@ def parse_json(text: str | bytes, *, max_depth: int | None = MAX_DEPTH) -> Any:
         value = json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
     except JSONProblem:
         raise
-    except RecursionError:
-        raise JSONProblem("", f"it is nested too deeply (more than {max_depth} levels)") from None
+    except RecursionError:  # deeper than the interpreter's recursion limit
+        raise JSONProblem("", "it is nested too deeply") from None
     except UnicodeDecodeError as exc:
         raise JSONProblem("", f"it is not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except (ValueError, TypeError) as exc:  # JSONDecodeError, an integer of more than 4300 digits
@@ -136,11 +140,11 @@ def read_json_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise JSONProblem("", "it is a folder, not a file")
+            raise NotAFile("", "is a folder")
         if not stat.S_ISREG(st.st_mode):
-            raise JSONProblem("", "it is not a regular file (a FIFO, socket or device)")
+            raise NotAFile("", "is not a regular file (a FIFO, socket or device)")
         if st.st_size > max_bytes:
-            raise JSONProblem("", f"it is {st.st_size:,} bytes, more than the {max_bytes:,} nafix reads")
+            raise JSONProblem("", f"is {st.st_size:,} bytes, more than the {max_bytes:,} nafix reads")
         chunks, size = [], 0
         while True:  # bounded even if the file grows while it is read
             chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
@@ -149,7 +153,7 @@ def read_json_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
             chunks.append(chunk)
             size += len(chunk)
             if size > max_bytes:
-                raise JSONProblem("", f"it is more than the {max_bytes:,} bytes nafix reads")
+                raise JSONProblem("", f"is more than the {max_bytes:,} bytes nafix reads")
         return b"".join(chunks)
     finally:
         os.close(fd)
@@ -167,8 +171,10 @@ def read_json_file(path: str | os.PathLike[str], schema: "Schema | None", *, wha
         data = read_json_bytes(p, max_bytes=MAX_REPORT_BYTES if max_bytes is None else max_bytes)
     except FileNotFoundError:
         raise InputError(f"{p}: {missing or f'{what} not found'}.") from None
-    except JSONProblem as exc:
+    except NotAFile as exc:
         raise InputError(f"{p}: {exc.message}; give the {what} itself.") from None
+    except JSONProblem as exc:
+        raise InputError(f"{p}: the {what} {exc.message}.") from None
     except OSError as exc:
         raise InputError(f"{p}: the {what} cannot be read ({exc.strerror or exc}).") from None
     try:
