@@ -499,3 +499,19 @@ def test_read_json_file_names_the_path_of_the_first_bad_value(tmp_path):
     assert info.value.message == (f'{p}: models["a b.onnx"].fits_on_chip must be true or false, not an integer; '
                                   "write it again.")
     assert js.problem(copy.deepcopy(report()), js.REPORT) is None
+
+
+def test_other_json_inputs_nested_too_deeply_are_one_error(tmp_path, capsys):
+    """The .mpool file and stedgeai's c_info JSON have their own shapes; a few KB of '[' is one
+    error there too, not a RecursionError."""
+    from fixer.stedgeai.reports import load_c_info
+
+    deep_text = "[" * 100_000 + "]" * 100_000
+    mpool = tmp_path / "deep.mpool"
+    mpool.write_text(deep_text)
+    code, out, err = run(["audit", SOFTMAX, "--mpool", mpool], capsys)
+    assert code == 2 and "nested too deeply" in one_error_line(err)
+    c_info = tmp_path / "network_c_info.json"
+    c_info.write_text(deep_text)
+    with pytest.raises(InputError, match="nested too deeply"):
+        load_c_info(c_info)
