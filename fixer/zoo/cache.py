@@ -188,8 +188,8 @@ class Cache:
 
     def put(self, key: str, row: dict[str, Any]) -> None:
         """Store ``row`` under ``key`` (atomically: a temporary file renamed over the entry). Any
-        failure (a read-only or full cache folder, Ctrl-C) removes the temporary file and only costs
-        speed."""
+        failure (a read-only or full cache folder, Ctrl-C) removes the temporary file; an OS error
+        only costs speed (logged), anything else goes on up."""
         if row.get("error") is not None:
             return
         f = self._file(key)
