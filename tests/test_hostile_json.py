@@ -345,8 +345,11 @@ def test_cache_get_ignores_a_fifo_and_an_oversized_entry(tmp_path, monkeypatch):
         f.unlink()
     cache.put(key, {"path": "m.onnx", "error": None})  # not a row nafix writes: never served
     assert f.is_file() and cache.get(key) is None
+    row = report()["models"][0]
+    cache.put(key, row)
+    assert cache.get(key) == row
     monkeypatch.setattr(zcache, "MAX_CACHE_ENTRY_BYTES", 10)
-    assert cache.get(key) is None
+    assert cache.get(key) is None  # larger than the bound: not even read
 
 
 class _FullDisk:
