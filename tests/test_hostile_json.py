@@ -145,7 +145,11 @@ def test_the_schema_takes_every_row_nafix_writes():
     from fixer.zoo.runner import build_report
     from fixer.zoo.worker import audit_one, error_row
 
-    rows = [audit_one(str(p), AnalysisOptions()) for p in sorted(SOFTMAX.parent.glob("*.onnx"))[:4]]
+    models = sorted(SOFTMAX.parent.glob("*.onnx"))[:4] + [SOFTMAX.parent / "denoiser_257.onnx",  # notes
+                                                         ROOT / "tests" / "data" / "tflite" / "int8_cnn.tflite"]
+    rows = [audit_one(str(p), AnalysisOptions()) for p in models]
+    assert all(r["error"] is None for r in rows) and any(r["notes"] for r in rows)
+    assert any(r.get("import_check") for r in rows)
     rows.append(error_row("broken.onnx", "broken.onnx: not a model."))
     rep = json.loads(js.dumps(build_report(rows, profile="stm32n6")))
     assert js.problem(rep, js.REPORT) is None
