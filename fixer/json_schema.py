@@ -32,7 +32,7 @@ import os
 import re
 import stat
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 from .errors import InputError
 
@@ -567,11 +567,3 @@ def cache_entry(key: str) -> Schema:
     """``fixer.zoo.cache.Cache.put``: its own key and schema tag, and a row of an analysed model."""
     return Obj({"schema": Const(CACHE_SCHEMA), "key": Const(key), "row": ANALYSED_ROW})
 
-
-def rows_problem(rows: Iterable[Any], where: str = "models") -> str | None:
-    """The first row of ``rows`` that does not fit :data:`ROW`, as a phrase (None: all fit)."""
-    for i, r in enumerate(rows):
-        found = problem(r, ROW, f"{where}[{i}]")
-        if found is not None:
-            return found
-    return None
