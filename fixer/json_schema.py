@@ -47,8 +47,9 @@ MAX_INT = 2**63 - 1
 
 
 class JSONProblem(ValueError):
-    """A JSON text that does not parse, or a value that does not fit its schema: ``where`` is the
-    JSON path of the bad value ("" for the whole document), ``message`` what is wrong."""
+    """A file that cannot be read as JSON (not a file, too large, not strict JSON, nested too
+    deeply): ``where`` is the JSON path of the bad value ("" for the whole document), ``message``
+    what is wrong. (A value that does not fit its schema is a :class:`Bad`.)"""
 
     def __init__(self, where: str, message: str):
         super().__init__(f"{where}: {message}" if where else message)
