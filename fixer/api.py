@@ -614,8 +614,7 @@ def _engine_placed(engine) -> tuple | None:
 
 def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, report_path: Path) -> None:
     """The C header (when interface edges became integer) and the JSON report beside the model."""
-    import json
-
+    from .json_schema import dumps
     from .model_io import atomic_write_text
 
     protect = _fix_inputs(opts, result.input)
@@ -624,7 +623,7 @@ def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, r
         result.header_path = header_path
     if result.written or not result.changed:
         result.report_path = report_path
-        atomic_write_text(report_path, json.dumps(fix_dict(result), indent=2) + "\n", force=opts.force,
+        atomic_write_text(report_path, dumps(fix_dict(result), indent=2) + "\n", force=opts.force,
                           protect=protect)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import logging
+import math
 import os
 import sys
 from enum import Enum
@@ -39,6 +40,15 @@ def _stdout_to_devnull() -> None:
         pass
 
 
+def _drain_stdout() -> None:
+    """At exit, before the interpreter flushes stdout itself: output a full disk cannot take goes to
+    /dev/null instead of an "Exception ignored" traceback (every way out, errors included)."""
+    try:
+        sys.stdout.flush()
+    except (OSError, ValueError, AttributeError):
+        _stdout_to_devnull()
+
+
 class _Console(Console):
     """Rich's console ends the process with exit code 1 on a broken pipe; nafix keeps the command's
     own exit code (0, or 1 for findings per --fail-on), as if the output had been read in full."""
@@ -47,14 +57,68 @@ class _Console(Console):
         _stdout_to_devnull()
         self.quiet = True
 
+    def _check_buffer(self) -> None:
+        try:
+            super()._check_buffer()
+        except BrokenPipeError:  # pragma: no cover - Rich calls on_broken_pipe itself
+            self.on_broken_pipe()
+        except OSError as exc:  # a full disk or an I/O error on stdout: one error line, not a traceback
+            del self._buffer[:]
+            self.quiet = True
+            raise _stdout_failed(exc) from None
+
+
+def _stdout_failed(exc: OSError) -> "NafixError":
+    """Standard output cannot take what nafix writes (``> /dev/full``: no space left, an I/O error):
+    the rest goes to /dev/null (so the interpreter's last flush cannot fail again) and the error is
+    one sentence (exit 2)."""
+    from .errors import OutputError
+
+    _stdout_to_devnull()
+    return OutputError(f"cannot write to standard output ({exc.strerror or exc}); the output is incomplete.")
+
+
+class _StdoutError(OSError):
+    """A write to standard output failed (not a closed pipe): see :class:`_GuardedStdout`."""
+
+
+class _GuardedStdout:
+    """``sys.stdout`` while a command runs: a failed write or flush (a full disk, an I/O error)
+    becomes :class:`_StdoutError`, so the top level tells it from a nafix bug whoever wrote
+    (nafix, Rich, typer's help page). Everything else is the real stream's."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _StdoutError(exc.errno, exc.strerror) from None
+
+    def flush(self):
+        try:
+            return self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _StdoutError(exc.errno, exc.strerror) from None
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
 
 def _stdout(text: str) -> None:
-    """Write ``text`` to stdout; a closed pipe is the reader's choice, not an error."""
+    """Write ``text`` to stdout; a closed pipe is the reader's choice, not an error; a full disk is."""
     try:
         sys.stdout.write(text)
         sys.stdout.flush()
     except BrokenPipeError:
         _stdout_to_devnull()
+    except OSError as exc:
+        raise _stdout_failed(exc) from None
 
 
 # soft_wrap: a line is never broken at the console width (a terminal wraps it for the eye), so a
@@ -187,10 +251,13 @@ def audit_cmd(
 
     paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
     try:
-        target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force, protected=paths)
+        # the baseline read is an input of the report (-o), not of --write-baseline (which may refresh it)
+        target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force,
+                                protected=paths + ([Path(baseline)] if baseline is not None else []))
         baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
+        _distinct_outputs(("-o/--output", target), ("--write-baseline", baseline_target))
         opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
-        zoo = ZooOptions(jobs=jobs, timeout=timeout or None, cache_dir=Path(cache_dir) if cache_dir else None,
+        zoo = ZooOptions(jobs=jobs, timeout=_seconds(timeout), cache_dir=Path(cache_dir) if cache_dir else None,
                          use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor)
         base = None
         if baseline is not None:
@@ -266,7 +333,11 @@ def audit_merge_cmd(
     for w in warnings:
         err.print(_line(f"warning: {w}", style="yellow"), highlight=False)
     _render_audit(report, fmt, target, verbose, force=force, protected=inputs)
-    if any(r.get("error") for r in report["models"]):
+    errors = [r for r in report["models"] if r.get("error")]
+    if errors:  # one line whatever the count, as `nafix audit` says it
+        first = errors[0]["error"]
+        _error(first if len(errors) == 1 else
+               f"{len(errors)} of {len(report['models'])} models could not be analysed (see their rows); the first: {first}")
         raise typer.Exit(2)
 
 
@@ -698,9 +769,61 @@ def _output_target(output: Optional[str], default_name: str, *, force: bool, pro
         return None
     from .outputs import REPORT, check_output, resolve_output
 
+    _check_cwd(output)
     target = resolve_output(output, default_name)
     check_output(target, kind=REPORT, force=force, protected=protected, what="report")
     return target
+
+
+def _check_cwd(path: str) -> None:
+    """A relative output path needs a current folder: one that was deleted (or cannot be read) is one
+    clear error, not a ``FileNotFoundError`` from ``os.getcwd``."""
+    from .errors import OutputError
+
+    if os.path.isabs(path):
+        return
+    try:
+        os.getcwd()
+    except OSError as exc:
+        raise OutputError(f"{path}: the current folder no longer exists ({exc.strerror or exc}), so this relative "
+                          "output path has no place; change to an existing folder or give an absolute path.") from None
+
+
+def _file_identity(p: Path) -> tuple:
+    """What makes two output paths the same file: the inode of an existing file (hard links too),
+    else the absolute path with symbolic links resolved."""
+    try:
+        st = os.stat(p)
+        return ("inode", st.st_dev, st.st_ino)
+    except (OSError, ValueError):
+        pass
+    try:
+        return ("path", os.path.normcase(str(p.resolve())))
+    except (OSError, RuntimeError, ValueError):
+        return ("path", os.path.normcase(os.path.abspath(p)))
+
+
+def _distinct_outputs(*named: tuple[str, Optional[Path]]) -> None:
+    """Refuse two outputs of one command that name the same file (one would silently replace the
+    other): one UsageError naming both options."""
+    from .errors import UsageError
+
+    seen: dict[tuple, tuple[str, Path]] = {}
+    for option, p in named:
+        if p is None:
+            continue
+        key = _file_identity(p)
+        if key in seen:
+            other, q = seen[key]
+            same = f"{q}" if str(q) == str(p) else f"{q} and {p}"
+            raise UsageError(f"{other} and {option} both name {same}; the second would replace the first: "
+                             "give each output its own file.")
+        seen[key] = (option, p)
+
+
+def _seconds(value: float) -> Optional[float]:
+    """A time limit in seconds: 0 or infinity is none (None). (click's range check refuses NaN.)"""
+    return None if value == 0 or math.isinf(value) else value
 
 
 def _as_text(renderables) -> str:
@@ -762,11 +885,25 @@ def main(argv: Optional[list[str]] = None) -> None:
         idx = args.index(first)
         args.insert(idx, "fix")
     install_sigterm_cleanup()
+    if not _state.get("drain"):
+        import atexit
+
+        atexit.register(_drain_stdout)
+        _state["drain"] = True
     for stream in (sys.stdout, sys.stderr):  # a non-UTF-8 terminal or pipe must not turn a file name into a crash
         try:
             stream.reconfigure(errors="backslashreplace")
         except Exception:  # noqa: BLE001 - not a TextIOWrapper (tests, embedding): leave it
             pass
+    real_stdout = sys.stdout
+    sys.stdout = _GuardedStdout(real_stdout)
+    try:
+        _main(args)
+    finally:
+        sys.stdout = real_stdout
+
+
+def _main(args: list[str]) -> None:
     ce = _click_exceptions()
     no_args = getattr(ce, "NoArgsIsHelpError", None)
     try:
@@ -799,16 +936,25 @@ def main(argv: Optional[list[str]] = None) -> None:
         _error("nafix ran out of memory (a very large model or input, or a size option far too big); "
                "check the sizes given, or run on a machine with more memory.")
         sys.exit(2)
+    except _StdoutError as exc:  # e.g. --help on a full disk: not a nafix bug
+        _error(_stdout_failed(exc).message)
+        sys.exit(2)
     except Exception:
         if _state["debug"]:
             raise
         err.print("[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
         sys.exit(3)
+    code = code if isinstance(code, int) else 0
     try:
         sys.stdout.flush()
     except BrokenPipeError:
         _stdout_to_devnull()
-    sys.exit(code if isinstance(code, int) else 0)
+    except OSError as exc:  # buffered output that a full disk cannot take (`nafix audit ... > /dev/full`)
+        failed = _stdout_failed(exc)
+        if code in (0, 1):  # else the command has already printed its error line
+            _error(failed.message)
+            code = failed.exit_code
+    sys.exit(code)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import hashlib
 import html as _html
-import json as _json
 import re
 from typing import Any
+
+from .json_schema import dumps
 
 # C0 and C1 controls and DEL; the Unicode format characters that reorder or hide text (bidi
 # embeddings, overrides and isolates, zero-width space, word joiner and invisible operators, BOM,
@@ -145,11 +146,11 @@ def html(text: Any) -> str:
 
 
 def json_text(obj: Any, **kwargs: Any) -> str:
-    """``json.dumps(obj, **kwargs)`` (ASCII, so every control character is a ``\\u`` escape) with
-    ``##[`` written ``##\\u005b`` (only ever inside a string; the same string once parsed).
-    Threat: a report printed in a CI log runs ``##[command]`` held by a name."""
+    """:func:`fixer.json_schema.dumps` (never NaN or Infinity) in ASCII, so every control character is
+    a ``\\u`` escape, with ``##[`` written ``##\\u005b`` (only ever inside a string; the same string
+    once parsed). Threat: a report printed in a CI log runs ``##[command]`` held by a name."""
     kwargs["ensure_ascii"] = True
-    return _json.dumps(obj, **kwargs).replace("##[", "##\\u005b")
+    return dumps(obj, **kwargs).replace("##[", "##\\u005b")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -191,7 +191,8 @@ def write_output(path: str | os.PathLike[str], data: bytes | str, *, kind: str =
 
     Returns the path written. Raises :class:`OutputError` on a refusal or an OS failure.
     """
-    payload = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+    # a file name that is not UTF-8 (held as lone surrogates) is written as a \udcXX escape, as on stdout
+    payload = data.encode("utf-8", errors="backslashreplace") if isinstance(data, str) else bytes(data)
     with atomic_path(path, kind=kind, force=force, protected=protected, what=what) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(payload)

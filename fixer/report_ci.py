@@ -21,8 +21,16 @@ def _ok(row: dict[str, Any]) -> bool:
 
 
 def _uri(path: str) -> str:
+    """A model path as a SARIF artifact URI: absolute (symbolic links resolved) or relative,
+    percent-encoded; never fails (a path the file system refuses, e.g. with a NUL byte, is encoded
+    as given)."""
     p = Path(path)
-    return p.resolve().as_uri() if p.is_absolute() else quote(p.as_posix())
+    if not p.is_absolute():  # a file name that is not UTF-8 (lone surrogates): its own bytes, %-encoded
+        return quote(p.as_posix(), errors="surrogateescape")
+    try:
+        return p.resolve().as_uri()
+    except (OSError, ValueError, RuntimeError):  # NUL byte, symlink loop, unreadable folder
+        return "file://" + quote(p.as_posix(), errors="surrogateescape")
 
 
 def _sw_message(n: dict[str, Any]) -> str:

@@ -75,7 +75,7 @@ def test_a_model_missing_from_the_baseline_is_new_but_a_renamed_one_is_found_by_
 @pytest.mark.parametrize("text,needle", [
     ("{oops", "not valid JSON"),
     ('{"schema": "other"}', "not a nafix baseline"),
-    ('{"schema": "nafix-baseline/1", "models": []}', "no \"models\" object"),
+    ('{"schema": "nafix-baseline/1", "models": []}', "models must be an object, not a list"),
     ('{"schema": "nafix-baseline/1", "models": {"m.onnx": {"sw_nodes": {}, "hw_ratio": "x", "fits_on_chip": true}}}', "hw_ratio"),
     ('{"schema": "nafix-baseline/1", "models": {"m.onnx": {"sw_nodes": [], "hw_ratio": 1, "fits_on_chip": true}}}', "sw_nodes"),
 ])

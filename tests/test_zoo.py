@@ -324,11 +324,11 @@ def test_a_second_nafix_process_reuses_the_cache(tmp_path):
 
 
 @pytest.mark.parametrize("mutate,needle", [
-    (lambda r: r.update(estimate={"epochs": "9"}), "estimate"),
-    (lambda r: r.update(memory=None), "memory"),
-    (lambda r: r["sw_nodes"].append({"name": 3}), "sw_nodes"),
-    (lambda r: r.update(findings=[{"constraint": 1}]), "findings"),
-    (lambda r: r.update(path=None), "path"),
+    (lambda r: r.update(estimate={"epochs": "9"}), "models[0].estimate.epochs must be a non-negative integer, not a string"),
+    (lambda r: r.update(memory=None), "models[0].memory must be an object, not null"),
+    (lambda r: r["sw_nodes"].append({"name": 3}), ".name must be a string, not an integer"),
+    (lambda r: r.update(findings=[{"constraint": 1}]), "models[0].findings[0].constraint must be a string"),
+    (lambda r: r.update(path=None), "models[0].path must be a non-empty string, not null"),
 ])
 def test_merge_rejects_malformed_rows_with_one_error_line(tmp_path, capsys, mutate, needle):
     code, out, _ = run(["audit", SOFTMAX, "-f", "json"], capsys)
@@ -339,4 +339,4 @@ def test_merge_rejects_malformed_rows_with_one_error_line(tmp_path, capsys, muta
     code, out, err = run(["audit", "merge", p], capsys)
     assert code == 2 and out == ""
     (line,) = err.splitlines()
-    assert line.startswith(f"error: {p}: models[0] is malformed") and needle in line
+    assert line.startswith(f"error: {p}: models[0]") and needle in line

@@ -128,6 +128,10 @@ def _load_json(path: Path, what: str) -> tuple[Any, bool]:
         raise ProfileError(
             f"The {what} {path} is not valid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}."
         ) from None
+    except RecursionError:  # a few KB of '[' would otherwise be an internal error
+        raise ProfileError(f"The {what} {path} is nested too deeply to be a {what}.") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise ProfileError(f"The {what} {path} is not valid JSON: {str(exc)[:200]}.") from None
 
 
 def _camel(snake: str) -> str:

@@ -724,6 +724,10 @@ def load_c_info(path: str | Path) -> CInfo:
         raise InputError(
             f"The c_info file {path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})."
         ) from exc
+    except RecursionError:  # a few KB of '[' would otherwise be an internal error
+        raise InputError(f"The c_info file {path} is nested too deeply to be a c_info file.") from None
+    except ValueError as exc:  # an integer of more than 4300 digits
+        raise InputError(f"The c_info file {path} is not valid JSON: {str(exc)[:200]}.") from None
     return parse_c_info(data, source=str(path))
 
 

@@ -8,7 +8,6 @@ folder when the model lies under it (the form pre-commit passes).
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,9 +15,9 @@ from typing import Any
 
 from .. import __version__
 from ..errors import InputError
-from ..model_io import regular_file
+from ..json_schema import BASELINE, BASELINE_SCHEMA, dumps, problem, read_json_file
 
-SCHEMA = "nafix-baseline/1"
+SCHEMA = BASELINE_SCHEMA
 #: HW ratios are rounded to 4 places in reports; a smaller change is noise
 RATIO_EPS = 1e-4
 
@@ -28,7 +27,7 @@ def baseline_path_key(path: str) -> str:
     if p.is_absolute():
         try:
             p = p.resolve().relative_to(Path.cwd().resolve())
-        except ValueError:
+        except (ValueError, OSError, RuntimeError):  # not under the current folder, that folder was deleted, a loop
             pass
     return p.as_posix()
 
@@ -54,39 +53,22 @@ def make_baseline(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def baseline_text(report: dict[str, Any]) -> str:
-    return json.dumps(make_baseline(report), indent=2) + "\n"
+    return dumps(make_baseline(report), indent=2) + "\n"
 
 
 def load_baseline(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read and validate a baseline file; anything else is one clear InputError."""
+    """Read and check a baseline file against the shape :func:`make_baseline` writes
+    (:data:`fixer.json_schema.BASELINE`); anything else is one clear InputError naming the file and
+    the JSON path of the first bad value."""
     p = Path(path)
-    regular_file(p, "baseline file", missing=f"baseline file not found (write one with --write-baseline {p})")
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError(f"{p}: the baseline file cannot be read ({exc}).") from None
-    except ValueError as exc:
-        raise InputError(f"{p}: the baseline file is not valid JSON ({exc}); write it again with --write-baseline.") from None
+    hint = "write it again with --write-baseline."
+    data = read_json_file(p, None, what="baseline file", hint=hint,
+                          missing=f"baseline file not found (write one with --write-baseline {p})")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise InputError(f"{p}: not a nafix baseline (expected \"schema\": \"{SCHEMA}\"); "
-                         "write it again with --write-baseline.")
-    models = data.get("models")
-    if not isinstance(models, dict):
-        raise InputError(f"{p}: the baseline has no \"models\" object; write it again with --write-baseline.")
-    for key, e in models.items():
-        where = f"{p}: model '{key}'"
-        if not isinstance(e, dict):
-            raise InputError(f"{where} is not an object.")
-        nodes = e.get("sw_nodes")
-        if not isinstance(nodes, dict) or not all(isinstance(v, dict) and isinstance(v.get("constraints", []), list)
-                                                  for v in nodes.values()):
-            raise InputError(f"{where}: \"sw_nodes\" must map node names to objects.")
-        if not isinstance(e.get("hw_ratio"), (int, float)) or isinstance(e.get("hw_ratio"), bool):
-            raise InputError(f"{where}: \"hw_ratio\" must be a number.")
-        if not isinstance(e.get("fits_on_chip"), bool):
-            raise InputError(f"{where}: \"fits_on_chip\" must be true or false.")
-        if not isinstance(e.get("compile_errors", []), list):
-            raise InputError(f"{where}: \"compile_errors\" must be a list.")
+        raise InputError(f"{p}: not a nafix baseline (expected \"schema\": \"{SCHEMA}\"); {hint}")
+    found = problem(data, BASELINE)
+    if found is not None:
+        raise InputError(f"{p}: {found}; {hint}")
     return data
 
 

@@ -9,6 +9,7 @@ recomputed, never trusted.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -20,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from .rows import row_problem
+from ..json_schema import CACHE_SCHEMA, MAX_CACHE_ENTRY_BYTES, cache_entry, dumps, parse_json, problem, read_json_bytes
 
 log = logging.getLogger(__name__)
 
-SCHEMA = "nafix-audit-cache/1"
+SCHEMA = CACHE_SCHEMA
 ENV = "NAFIX_CACHE_DIR"
 _CHUNK = 1 << 20
 
@@ -163,34 +164,51 @@ class Cache:
         return self.root / "v1" / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The row stored under ``key``, or None. An entry that is not a regular file, is too large,
+        does not parse as strict JSON, or does not fit :func:`fixer.json_schema.cache_entry` (its
+        schema tag, its own key, a row of the shape nafix writes) is ignored: the model is analysed
+        again and the entry replaced."""
         f = self._file(key)
         try:
-            entry = json.loads(f.read_text(encoding="utf-8"))
+            entry = parse_json(read_json_bytes(f, max_bytes=MAX_CACHE_ENTRY_BYTES), max_depth=None)  # checked below
         except FileNotFoundError:
             self.misses += 1
             return None
-        except (OSError, ValueError, UnicodeDecodeError):
-            log.debug("ignoring unreadable cache entry %s", f)
+        except (OSError, ValueError) as exc:  # JSONProblem is a ValueError
+            log.debug("ignoring unreadable cache entry %s (%s)", f, exc)
             self.misses += 1
             return None
-        row = entry.get("row") if isinstance(entry, dict) else None
-        if not (isinstance(entry, dict) and entry.get("schema") == SCHEMA and entry.get("key") == key
-                and row_problem(row) is None and row.get("error") is None):
-            log.debug("ignoring foreign or malformed cache entry %s", f)
+        found = problem(entry, cache_entry(key))
+        if found is not None:
+            log.debug("ignoring foreign or malformed cache entry %s (%s)", f, found)
             self.misses += 1
             return None
         self.hits += 1
-        return row
+        return entry["row"]
 
     def put(self, key: str, row: dict[str, Any]) -> None:
+        """Store ``row`` under ``key`` (atomically: a temporary file renamed over the entry). Any
+        failure (a read-only or full cache folder, Ctrl-C) removes the temporary file; an OS error
+        only costs speed (logged), anything else goes on up."""
         if row.get("error") is not None:
             return
         f = self._file(key)
         try:
+            text = dumps({"schema": SCHEMA, "key": key, "row": row})
+        except (TypeError, ValueError) as exc:  # pragma: no cover - rows are JSON-able by construction
+            log.warning("could not store an audit row in the cache (%s)", exc)
+            return
+        tmp = None
+        try:
             f.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=f.parent, prefix=".", suffix=".tmp")
             with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump({"schema": SCHEMA, "key": key, "row": row}, out)
+                out.write(text)
             os.replace(tmp, f)
+            tmp = None
         except OSError as exc:  # a read-only or full cache folder only costs speed
             log.warning("could not write the audit cache in %s (%s)", self.root, exc)
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
