@@ -603,9 +603,11 @@ def _read_text_input(path: Path, what: str) -> str:
     from .errors import InputError
     from .model_io import regular_file
 
+    from .fsutil import read_text
+
     regular_file(path, f"{what} file")
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_text(path, errors="replace")  # checked again on the open file: a FIFO swapped in never blocks
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, ToolError, UsageError
+from ..fsutil import read_text
 from .explain import KnownError, explain
 from .reports import CInfo, EpochCsv, StedgeaiReport, load_c_info, load_report, parse_epoch_csv, parse_report
 
@@ -274,9 +275,7 @@ def run_generate(
     csv_path = _find_first(folders, ["*.csv"])
     if csv_path is not None:
         try:
-            epoch_csv = parse_epoch_csv(
-                csv_path.read_text(encoding="utf-8", errors="replace"), source=str(csv_path)
-            )
+            epoch_csv = parse_epoch_csv(read_text(csv_path, errors="replace"), source=str(csv_path))
         except Exception as exc:  # noqa: BLE001 - InputError, OSError, or a CSV the parser does not follow
             problems.append(getattr(exc, "message", None) or f"{csv_path} cannot be read: {exc}.")
 
