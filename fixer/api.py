@@ -657,9 +657,9 @@ def check_compile_options(opts: CompileOptions) -> Path:
     from .errors import ToolError
     from .stedgeai import find_stedgeai
 
-    if not isinstance(opts.timeout_s, (int, float)) or math.isnan(opts.timeout_s) or opts.timeout_s <= 0:
-        raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a positive "
-                         f"number of seconds, not {opts.timeout_s!r}.")
+    if not isinstance(opts.timeout_s, (int, float)) or not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
+        raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a finite, "
+                         f"positive number of seconds, not {opts.timeout_s!r}.")
     if opts.workdir and Path(opts.workdir).exists() and not Path(opts.workdir).is_dir():
         raise UsageError(f"--workdir {opts.workdir}: exists and is not a folder.")
     tool = find_stedgeai(opts.stedgeai)

@@ -127,6 +127,24 @@ def _stedgeai_args(stedgeai_option) -> tuple[str, ...]:
     return tuple(option_args(normalize_options(stedgeai_option or ())))
 
 
+def _limit_seconds(value: Optional[float]) -> Optional[float]:
+    """A per-model / per-stage time limit: a finite number of seconds, 0 for none."""
+    import math
+
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise typer.BadParameter(f"{value:g} is not a time limit: give a finite number of seconds, 0 for no limit.")
+    return value
+
+
+def _positive_seconds(value: Optional[float]) -> Optional[float]:
+    """A stedgeai timeout: a finite number of seconds above 0."""
+    import math
+
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise typer.BadParameter(f"{value:g} is not a timeout: give a finite number of seconds above 0.")
+    return value
+
+
 TARGET_HELP = "Target profile: built-in name (stm32n6) or a YAML file with limits and the operator table."
 OPTION_HELP = ("A stedgeai option that changes placement, with its value in the same argument: "
                "--stedgeai-option='--input-data-type float32' (--output-data-type, --inputs-ch-position, "
@@ -156,7 +174,7 @@ def audit_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
     jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes (default 0: one per CPU)."),
-    timeout: float = typer.Option(120.0, "--timeout", min=0, help="Seconds per model before it becomes an error row (0: no limit)."),
+    timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds per model before it becomes an error row (0: no limit)."),
     cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Result cache folder (default: $NAFIX_CACHE_DIR, else the user cache folder)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Exit 1 only on what is new or worse than this baseline file."),
@@ -329,7 +347,7 @@ def fix_cmd(
     compile_: bool = typer.Option(False, "--compile", help="Also compile the original and the fixed model with stedgeai and compare real epochs."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json for stedgeai (--st-neural-art) and the memory estimate."),
-    compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds all stedgeai runs of this command may take together (--version, before, after)."),
+    compile_timeout: float = typer.Option(900.0, "--compile-timeout", callback=_positive_seconds, help="Seconds all stedgeai runs of this command may take together (--version, before, after)."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
     quantize: bool = typer.Option(False, "--quantize", help="Re-quantize with onnxruntime for the NPU: float models, uint8 activations, float islands."),
     calib: Optional[str] = typer.Option(None, "--calib", help="Calibration data: a folder of .npz (one sample each), one .npz with a sample axis, or a folder of images."),
@@ -464,7 +482,7 @@ def compile_cmd(
     model: str = typer.Argument(..., help="The ONNX or TFLite model to compile (stedgeai reads .tflite natively)."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds stedgeai may take (--version and generate together)."),
+    timeout: float = typer.Option(900.0, "--timeout", callback=_positive_seconds, help="Seconds stedgeai may take (--version and generate together)."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
@@ -517,6 +535,10 @@ def compile_cmd(
         for r in compile_renderables(compiled, version, analysis):
             out.print(r)
     if not compiled.result.ok:
+        raise typer.Exit(1)
+    if compiled.result.report is None:  # exit 0 only with a measurement
+        why = next((p for p in compiled.result.problems if "report" in p.lower()), "no report was read")
+        _error(f"stedgeai exited with code 0 but nafix has no report to measure {model} with: {why.rstrip('.')}.")
         raise typer.Exit(1)
 
 
