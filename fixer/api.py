@@ -418,6 +418,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     import onnx
 
     from . import __version__
+    from .deadline import stage
     from .engine import run_engine
     from .model_io import save_model
     from .rules import load_rules, select_rules
@@ -458,7 +459,13 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     elif opts.quantize:
         from .model_io import refresh_shapes
 
-        reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round, on_calibration)
+        def calibrated(done: int, total: int) -> None:  # each sample is a stage of its own (--timeout)
+            stage(f"quantization (onnxruntime calibration, after sample {done} of {total})")
+            if on_calibration is not None:
+                on_calibration(done, total)
+
+        stage("quantization (onnxruntime)")
+        reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round, calibrated)
         reference = refresh_shapes(reference)  # types and shapes of the tensors quantization added
     # the analysis before placed this very model: the engine starts from its graph view (which it
     # edits: the analysis keeps its figures, not the view), placement and estimate
@@ -467,6 +474,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         from dataclasses import replace
 
         before = replace(before, view=None)
+    stage("rewriting")
     engine = run_engine(reference, rules, profile=profile, options={"input_type": opts.input_type},
                         max_rounds=opts.max_rounds, on_round=on_round, start=start)
     rules_by_id = {r.id: r for r in rules}
@@ -476,12 +484,14 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         contracts = change_contracts(engine, rules_by_id)
         contract = loosest(list(contracts.values()))
         feeds = load_inputs_npz(opts.inputs_npz, reference) if opts.inputs_npz else None
+        stage("verification (onnxruntime)")
         verification = verify(reference, engine.model, contract=contract, rules=engine.rules_applied,
                               io_changes=engine.io_changes, inputs=feeds, seed=opts.seed, samples=opts.samples,
                               boundaries=boundary_checks(engine, contracts))
     if engine.changes or quant_info is not None:
         fixed_loaded = LoadedModel(path=out, model=engine.model, opset=loaded.opset,
                                    dynamic_dims=loaded.dynamic_dims)
+        stage("analysis of the fixed model")
         after = analyze_model(fixed_loaded, profile=profile, pools=pools, placed=_engine_placed(engine))
         if after.estimate.hw_ratio < before.estimate.hw_ratio:
             warnings.append(
@@ -491,6 +501,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     verified = verification is None or verification.ok
     if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed):
         # every file this run will write is checked before the first one is written
+        stage("writing the fixed model", timed=False)  # no foreign code: a write is never cut short
         _check_fix_outputs(opts, src, out, report_path, header_path if engine.io_changes else None)
         model = engine.model
         meta = {p.key: p.value for p in model.metadata_props}
@@ -515,8 +526,11 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         advice=advice,
     )
     if loaded.imported is not None and engine.changes:
+        stage("the check against the TFLite interpreter")
         result.source_check = _fixed_vs_source(loaded, engine, opts)
+    stage("writing the reports", timed=False)
     if opts.compile is not None:
+        stage("stedgeai (--compile-timeout)", timed=False)
         try:
             result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
         except NafixError:

@@ -360,8 +360,34 @@ def fix_cmd(
     calib_samples: int = typer.Option(200, "--calib-samples", help="At most this many calibration samples."),
     calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
+    timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds each stage that runs onnxruntime or the TFLite interpreter (loading and shape inference, rewriting, each calibration sample, verification) may take before the fix is stopped, as audit's per-model limit (0: no limit; stedgeai has --compile-timeout)."),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
+    from .deadline import run_bounded
+
+    def work() -> int:
+        try:
+            _fix_work(model, output, dry_run, select, extend_select, ignore, rules, input_type, inputs, keep_failed,
+                      force, fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_,
+                      stedgeai, profile, compile_timeout, workdir, quantize, calib, calib_size, calib_layout,
+                      calib_scale, calib_mean, calib_std, calib_order, calib_samples, calib_method, core)
+        except typer.Exit as exc:  # the exit code goes back as a value (click's Exit does not pickle it)
+            return exc.exit_code
+        return 0
+
+    try:  # the stages that run foreign code are bounded as audit bounds each model: in a child process
+        code = run_bounded(work, limit=timeout or None, what=model, first_stage="loading and analysing the model")
+    except NafixError as exc:
+        _fail(exc)
+    if code:
+        raise typer.Exit(code)
+
+
+def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, input_type, inputs, keep_failed, force,
+              fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_, stedgeai, profile,
+              compile_timeout, workdir, quantize, calib, calib_size, calib_layout, calib_scale, calib_mean, calib_std,
+              calib_order, calib_samples, calib_method, core) -> None:
+    """``nafix fix``'s work and output (exits with typer.Exit like a command)."""
     model = Path(model)
     from .api import CompileOptions, FixOptions, fix
     from .report import fix_dict, fix_renderables
