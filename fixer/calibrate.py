@@ -343,7 +343,7 @@ def find_reports(folder: Path) -> list[Path]:
 def calibrate(pairs_dir: str | Path, *, target_profile: str | None = None) -> list[CalibrationRow]:
     """One row per distinct report of every pair folder under ``pairs_dir``."""
     from .fsutil import read_text
-    from .stedgeai import parse_report
+    from .stedgeai import MalformedReport, parse_report
 
     root = Path(pairs_dir)
     if not root.is_dir():
@@ -363,6 +363,10 @@ def calibrate(pairs_dir: str | Path, *, target_profile: str | None = None) -> li
             text = clean_report_text(raw)
             try:
                 rep = parse_report(text, source=str(rp))
+            except MalformedReport as exc:  # a report that claims more than it can hold: its row says so
+                rows.append(CalibrationRow(pair=folder.name, report=str(rp.relative_to(root)), status="error",
+                                           note=exc.message))
+                continue
             except NafixError:
                 continue  # not a Neural-ART report (a log, a licence, ...)
             command = _command(text, rep.command)

@@ -609,15 +609,22 @@ def explain_cmd(
         text = sys.stdin.read() if stdin else _read_text_input(path, "stedgeai log or report")
     except NafixError as exc:
         _fail(exc)
+    from .stedgeai import MalformedReport
+
     found = explain(text)
+    unreadable = None
     try:
         report = parse_report(text, source=str(path))
+    except MalformedReport as exc:  # a report claiming what it cannot hold: say so, explain the log lines
+        report, unreadable = None, exc.message
     except Exception:  # noqa: BLE001 - not a report nafix can read: explain the log lines only
         report = None
     if fmt == OutFormat.json:
         data = {"nafix_version": __version__,
                 "known_errors": [{"code": k.code, "cause": k.cause, "fix": _fix_text(k), "evidence": k.evidence_line,
                                   "details": dict(k.details), "tag": k.tag} for k in found]}
+        if unreadable is not None:
+            data["report_error"] = unreadable
         if report is not None:
             data["report"] = {"version": report.version, "epochs": report.epochs, "sw_epochs": report.sw_epochs,
                               "hybrid_epochs": report.hybrid_epochs, "hw_ratio": round(report.hw_ratio, 4),
@@ -625,6 +632,8 @@ def explain_cmd(
         _emit(json.dumps(data, indent=2, default=str) + "\n", target, force=force, protected=protected)
         return
     lines: list[Text] = []
+    if unreadable is not None:
+        lines.append(Text(f"report not read: {unreadable}"))
     if report is not None:
         lines.append(Text(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
                           f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, "
