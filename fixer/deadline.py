@@ -99,7 +99,7 @@ def run_bounded(fn: Callable[[], T], *, limit: float | None, what: str, first_st
     ctx = mp.get_context("fork")
     tmp = tempfile.mkdtemp(prefix="nafix-")
     receiver, sender = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(sender, fn, tmp), daemon=True)
+    proc = ctx.Process(target=_child, args=(sender, fn, tmp))  # not a daemon: it may start processes
     try:
         proc.start()
         sender.close()
@@ -113,6 +113,8 @@ def run_bounded(fn: Callable[[], T], *, limit: float | None, what: str, first_st
                     message = receiver.recv()
                 except (EOFError, OSError):
                     break
+                except Exception as exc:  # noqa: BLE001 - an exception that does not unpickle here
+                    raise RuntimeError(f"the child process's answer could not be read ({exc})") from None
                 got_message = True
                 if message[0] == "stage":
                     name, timed, since = message[1], message[2], time.monotonic()
