@@ -149,6 +149,13 @@ def test_long_runs_of_blanks_parse_in_linear_time(tmp_path):
                 pass
             explain(t)
             c._command(t, None), c._model_file_names(t), c._relative_paths(t), c.placement_options(t)
+        from fixer.stedgeai import parse_epoch_csv
+        for t in ('epoch,"' + ',"' * 200_000, "epoch;a\\n" + ';" ' * 100_000):
+            try:
+                parse_epoch_csv(t)
+            except Exception:
+                pass
+        assert parse_epoch_csv("epoch;ms\\n1;2\\n").values("ms") == ("2",)
         r = parse_report("Parameters :   generate -m a.onnx   \\n" + base)
         assert r.command == "generate -m a.onnx", r.command
         print("done")

@@ -893,12 +893,20 @@ class EpochCsv:
         return re.sub(r"[\s_\-]+", "", name.strip().lower())
 
 
+_SNIFF_CHARS = 4096
+
+
 def parse_epoch_csv(text: str, *, source: str = "the epoch CSV") -> EpochCsv:
     """Parse a per-epoch CSV (comma, semicolon or tab separated) by its header row."""
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if not lines:
         raise InputError(f"{source} is empty; expected a header row and one row per epoch.")
+    # csv.Sniffer's patterns take super-linear time on long lines (",\"" repeated: minutes for 200 KB):
+    # it sees at most the first 4 KiB, whole lines where it can
     sample = "\n".join(lines[:20])
+    if len(sample) > _SNIFF_CHARS:
+        cut = sample.rfind("\n", 0, _SNIFF_CHARS)
+        sample = sample[: cut if cut > 0 else _SNIFF_CHARS]
     try:
         dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
     except csv.Error:
