@@ -450,6 +450,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     import onnx
 
     from . import __version__
+    from .deadline import stage
     from .engine import run_engine
     from .model_io import save_model
     from .rules import load_rules, select_rules
@@ -493,7 +494,13 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     elif opts.quantize:
         from .model_io import refresh_shapes
 
-        reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round, on_calibration)
+        def calibrated(done: int, total: int) -> None:  # each sample is a stage of its own (--timeout)
+            stage(f"quantization (onnxruntime calibration, after sample {done} of {total})")
+            if on_calibration is not None:
+                on_calibration(done, total)
+
+        stage("quantization (onnxruntime)")
+        reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round, calibrated)
         reference = refresh_shapes(reference)  # types and shapes of the tensors quantization added
     # the analysis before placed this very model: the engine starts from its graph view (which it
     # edits: the analysis keeps its figures, not the view), placement and estimate
@@ -502,6 +509,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         from dataclasses import replace
 
         before = replace(before, view=None)
+    stage("rewriting")
     engine = run_engine(reference, rules, profile=profile, options={"input_type": opts.input_type},
                         max_rounds=opts.max_rounds, on_round=on_round, start=start)
     rules_by_id = {r.id: r for r in rules}
@@ -511,12 +519,14 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         contracts = change_contracts(engine, rules_by_id)
         contract = loosest(list(contracts.values()))
         feeds = load_inputs_npz(opts.inputs_npz, reference) if opts.inputs_npz else None
+        stage("verification (onnxruntime)")
         verification = verify(reference, engine.model, contract=contract, rules=engine.rules_applied,
                               io_changes=engine.io_changes, inputs=feeds, seed=opts.seed, samples=opts.samples,
                               boundaries=boundary_checks(engine, contracts))
     if engine.changes or quant_info is not None:
         fixed_loaded = LoadedModel(path=out, model=engine.model, opset=loaded.opset,
                                    dynamic_dims=loaded.dynamic_dims)
+        stage("analysis of the fixed model")
         after = analyze_model(fixed_loaded, profile=profile, pools=pools, placed=_engine_placed(engine))
         if after.estimate.hw_ratio < before.estimate.hw_ratio:
             warnings.append(
@@ -528,6 +538,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed) \
             and (regression is None or opts.keep_failed):
         # every file this run will write is checked before the first one is written
+        stage("writing the fixed model", timed=False)  # no foreign code: a write is never cut short
         _check_fix_outputs(opts, src, out, report_path, header_path if engine.io_changes else None)
         model = engine.model
         meta = {p.key: p.value for p in model.metadata_props}
@@ -554,8 +565,11 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         advice=advice, regression=regression,
     )
     if loaded.imported is not None and engine.changes:
+        stage("the check against the TFLite interpreter")
         result.source_check = _fixed_vs_source(loaded, engine, opts)
+    stage("writing the reports", timed=False)
     if opts.compile is not None:
+        stage("stedgeai (--compile-timeout)", timed=False)
         try:
             result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
         except NafixError:
@@ -728,9 +742,9 @@ def check_compile_options(opts: CompileOptions) -> Path:
     from .errors import ToolError
     from .stedgeai import find_stedgeai
 
-    if not isinstance(opts.timeout_s, (int, float)) or math.isnan(opts.timeout_s) or opts.timeout_s <= 0:
-        raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a positive "
-                         f"number of seconds, not {opts.timeout_s!r}.")
+    if not isinstance(opts.timeout_s, (int, float)) or not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
+        raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a finite, "
+                         f"positive number of seconds, not {opts.timeout_s!r}.")
     if opts.workdir and Path(opts.workdir).exists() and not Path(opts.workdir).is_dir():
         raise UsageError(f"--workdir {opts.workdir}: exists and is not a folder.")
     tool = find_stedgeai(opts.stedgeai)

@@ -31,10 +31,10 @@ MODEL_SUFFIXES = (".onnx", ".tflite")
 _SKIP_NAMES = ("source.txt", "readme.md", "license.txt")
 _LOG_PREFIX = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ \[\w+\] [\w.:]+ - ?", re.M)
 _MODEL_HASH = re.compile(r"model_hash\s*:\s*0x([0-9a-fA-F]{32})")
-_MODEL_FILE = re.compile(r"^\s*model file\s*:\s*(\S.*?)\s*$", re.I | re.M)
 _MODEL_OPT = re.compile(r"(?:^|\s)(?:-m|--model)\s+(\S+)")
 _TICKED = re.compile(r"`([^`]+\.(?:onnx|tflite))`")
-_PATHS = re.compile(r"(\.\./[\w./-]+\.(?:onnx|tflite))")
+_PATH_TOKEN = re.compile(r"[\w./-]+")
+_MODEL_END = re.compile(r"\.(?:onnx|tflite)")
 
 
 @dataclass
@@ -177,47 +177,142 @@ def placement_options(command: str | None) -> tuple[str, ...]:
     return tuple(sorted(set(out)))
 
 
-_COMMAND = re.compile(r"^\s*(?:>+\s*)?\S*stedgeai(?:\.exe)?\s+(?:generate|analyze|validate)\b.*$", re.I | re.M)
-
-
 def _command(text: str, parsed_command: str | None) -> str | None:
-    m = _COMMAND.search(text)
-    return parsed_command or (m.group(0) if m else None)
+    """The report's command line: what the parser read, else a ``[> ]...stedgeai generate ...`` line."""
+    from .stedgeai.reports import _command_line
+
+    if parsed_command:
+        return parsed_command
+    for line in text.splitlines():  # str methods, one pass: no regex backtracking over long blank runs
+        s = line.strip().lstrip(">").strip()
+        if "stedgeai" in s.lower() and _command_line(s):
+            return line.strip()
+    return None
+
+
+def _relative_paths(text: str) -> set[str]:
+    """``../x/y.onnx`` paths in a README: each run of path characters is scanned once (linear time)."""
+    out: set[str] = set()
+    for m in _PATH_TOKEN.finditer(text):
+        tok = m.group()
+        at = tok.find("../")
+        if at < 0:
+            continue
+        tok = tok[at:]
+        ends = [e.end() for e in _MODEL_END.finditer(tok)]
+        if ends:
+            out.add(tok[: ends[-1]])
+    return out
+
+
+def _model_file_names(text: str) -> list[str]:
+    """The values of the report's ``model file : NAME`` lines."""
+    names = []
+    for line in text.splitlines():
+        s = line.strip()
+        if s[:10].lower() == "model file":
+            rest = s[10:].lstrip()
+            if rest.startswith(":") and rest[1:].strip():
+                names.append(rest[1:].strip())
+    return names
 
 
 def _md5(path: Path) -> str:
+    from .fsutil import open_regular
+
     h = hashlib.md5()
-    with path.open("rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
+    try:
+        with open_regular(path) as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+    except OSError:  # gone or replaced by a FIFO since it was listed: it matches no hash
+        return ""
     return h.hexdigest()
 
 
-def _candidate_models(folder: Path, pairs_dir: Path) -> list[Path]:
-    """Model files in the pair folder, and the ones its README/source.txt name by a relative path."""
+def _resolve_inside(path: Path, roots: tuple[Path, ...]) -> Path | None:
+    """``path`` resolved, when it is a regular file inside one of ``roots``; None when it is not there.
+    Raises OSError/RuntimeError for a path that cannot be resolved (a symlink loop)."""
+    from .fsutil import is_regular
+
+    p = path.resolve()
+    if not any(p == r or p.is_relative_to(r) for r in roots):
+        if p.exists():  # a name that leads nowhere is just not a candidate
+            raise ValueError(str(p))
+        return None
+    return p if is_regular(p) else None
+
+
+def _read_doc(f: Path) -> str | None:
+    from .fsutil import read_text
+
+    try:
+        return read_text(f, errors="replace")  # a FIFO named README.md is refused, never read
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InputError(f"{f}: cannot be read ({exc.strerror or exc}).") from None
+
+
+def _candidate_models(folder: Path, pairs_dir: Path, refused: list[str] | None = None) -> list[Path]:
+    """Model files in the pair folder, and the ones its README/source.txt name by a relative path.
+
+    Only files inside the pairs folder, or inside the ``../../models`` folder beside it that the pairs
+    README documents, are taken: an absolute path, a ``..`` escape out of those folders (also through a
+    symlink) and a symlink loop are refused, each with a sentence appended to ``refused``."""
+    refused = [] if refused is None else refused
+    root = pairs_dir.resolve()
+    roots = (root, (pairs_dir / ".." / ".." / "models").resolve())
+
+    def take(paths: list[Path], what: str) -> Path | None:
+        """The first of ``paths`` (one name tried against several folders) that is a model inside the
+        roots; when none is, why each one that exists was refused."""
+        why: list[str] = []
+        for path in paths:
+            try:
+                p = _resolve_inside(path, roots)
+            except ValueError:
+                why.append(f"{what} '{path}' is outside the pairs folder {pairs_dir} and its ../../models "
+                           "folder; refused")
+                continue
+            except (OSError, RuntimeError) as exc:  # a symlink loop, a name too long ...
+                reason = getattr(exc, "strerror", None) or "a symlink loop"
+                why.append(f"{what} '{path}' cannot be resolved ({reason}); refused")
+                continue
+            if p is not None:
+                return p
+        refused.extend(why)
+        return None
+
     # resolved, so that a model found both in the folder and by a relative reference counts once
-    found = sorted(p.resolve() for p in folder.rglob("*") if p.is_file() and p.suffix.lower() in MODEL_SUFFIXES)
+    found: list[Path] = []
+    for p in sorted(folder.rglob("*")):
+        if p.suffix.lower() in MODEL_SUFFIXES and (p.is_file() or p.is_symlink()):
+            q = take([p], "the model file")
+            if q is not None and q not in found:
+                found.append(q)
     for doc in ("README.md", "source.txt"):
-        f = folder / doc
-        if not f.is_file():
+        text = _read_doc(folder / doc)
+        if text is None:
             continue
-        text = f.read_text(encoding="utf-8", errors="replace")
-        for ref in set(_TICKED.findall(text)) | set(_PATHS.findall(text)):
-            for base in (folder, pairs_dir, pairs_dir.parent):
-                p = (base / ref).resolve()
-                if p.is_file() and p not in found:
-                    found.append(p)
-                    break
-    top = pairs_dir / "README.md"  # the pairs table names models in ../../models
-    if top.is_file():
-        for line in top.read_text(encoding="utf-8", errors="replace").splitlines():
+        for ref in sorted(set(_TICKED.findall(text)) | _relative_paths(text)):
+            if Path(ref).is_absolute() or ref.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:[\\/]", ref):
+                refused.append(f"{folder / doc} names the absolute model path '{ref}'; only paths relative to the "
+                               "pairs folder are read, refused")
+                continue
+            p = take([base / ref for base in (folder, pairs_dir, pairs_dir.parent)], f"the model {folder / doc} names")
+            if p is not None and p not in found:
+                found.append(p)
+    top_text = _read_doc(pairs_dir / "README.md")  # the pairs table names models in ../../models
+    if top_text is not None:
+        for line in top_text.splitlines():
             if line.startswith(f"| {folder.name} "):
                 for ref in _TICKED.findall(line):
-                    for base in (folder, pairs_dir.parent.parent / "models", pairs_dir.parent / "models"):
-                        p = (base / Path(ref).name).resolve() if "/" in ref else (base / ref).resolve()
-                        if p.is_file() and p not in found:
-                            found.append(p)
-                            break
+                    name = Path(ref).name if "/" in ref or "\\" in ref else ref
+                    p = take([base / name for base in (folder, pairs_dir.parent.parent / "models")],
+                             f"the model {pairs_dir / 'README.md'} names")
+                    if p is not None and p not in found:
+                        found.append(p)
     return found
 
 
@@ -236,7 +331,7 @@ def match_model(text: str, command: str | None, models: list[Path], hashes: dict
         for p in models:
             if hashes.setdefault(p, _md5(p)) == want:
                 return p
-    names = [m.group(1) for m in _MODEL_FILE.finditer(text)]
+    names = _model_file_names(text)
     if command:
         names += _MODEL_OPT.findall(command)
     for name in names:
@@ -252,12 +347,15 @@ def match_model(text: str, command: str | None, models: list[Path], hashes: dict
 
 def find_reports(folder: Path) -> list[Path]:
     # regular files only: a FIFO named *.txt would block the read forever
-    return sorted(p for p in folder.rglob("*.txt") if p.name.lower() not in _SKIP_NAMES and p.is_file())
+    from .fsutil import is_regular
+
+    return sorted(p for p in folder.rglob("*.txt") if p.name.lower() not in _SKIP_NAMES and is_regular(p))
 
 
 def calibrate(pairs_dir: str | Path, *, target_profile: str | None = None) -> list[CalibrationRow]:
     """One row per distinct report of every pair folder under ``pairs_dir``."""
-    from .stedgeai import parse_report
+    from .fsutil import read_text
+    from .stedgeai import MalformedReport, parse_report
 
     root = Path(pairs_dir)
     if not root.is_dir():
@@ -266,16 +364,21 @@ def calibrate(pairs_dir: str | Path, *, target_profile: str | None = None) -> li
     hashes: dict[Path, str] = {}
     cache: dict[tuple, object] = {}
     for folder in sorted(p for p in root.iterdir() if p.is_dir()):
-        models = _candidate_models(folder, root)
+        refused: list[str] = []
+        models = _candidate_models(folder, root, refused)
         seen: dict[tuple, CalibrationRow] = {}
         for rp in find_reports(folder):
             try:
-                raw = rp.read_text(encoding="utf-8", errors="replace")
+                raw = read_text(rp, errors="replace")
             except OSError as exc:
                 raise InputError(f"{rp}: the report cannot be read ({exc.strerror or exc}).") from None
             text = clean_report_text(raw)
             try:
                 rep = parse_report(text, source=str(rp))
+            except MalformedReport as exc:  # a report that claims more than it can hold: its row says so
+                rows.append(CalibrationRow(pair=folder.name, report=str(rp.relative_to(root)), status="error",
+                                           note=exc.message))
+                continue
             except NafixError:
                 continue  # not a Neural-ART report (a log, a licence, ...)
             command = _command(text, rep.command)
@@ -292,6 +395,9 @@ def calibrate(pairs_dir: str | Path, *, target_profile: str | None = None) -> li
                 continue
             seen[key] = row
             rows.append(row)
+            if model is None and refused:
+                row.status, row.note = "error", "; ".join(dict.fromkeys(refused)) + "."
+                continue
             if model is None:
                 row.status, row.note = "no model", "no model file in the folder matches the report"
                 continue

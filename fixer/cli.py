@@ -209,6 +209,24 @@ def _stedgeai_args(stedgeai_option) -> tuple[str, ...]:
     return tuple(option_args(normalize_options(stedgeai_option or ())))
 
 
+def _limit_seconds(value: Optional[float]) -> Optional[float]:
+    """A per-model / per-stage time limit: a finite number of seconds, 0 for none."""
+    import math
+
+    if value is not None and (not math.isfinite(value) or value < 0):
+        raise typer.BadParameter(f"{value:g} is not a time limit: give a finite number of seconds, 0 for no limit.")
+    return value
+
+
+def _positive_seconds(value: Optional[float]) -> Optional[float]:
+    """A stedgeai timeout: a finite number of seconds above 0."""
+    import math
+
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise typer.BadParameter(f"{value:g} is not a timeout: give a finite number of seconds above 0.")
+    return value
+
+
 TARGET_HELP = "Target profile: built-in name (stm32n6) or a YAML file with limits and the operator table."
 OPTION_HELP = ("A stedgeai option that changes placement, with its value in the same argument: "
                "--stedgeai-option='--input-data-type float32' (--output-data-type, --inputs-ch-position, "
@@ -238,7 +256,7 @@ def audit_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
     jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes (default 0: one per CPU)."),
-    timeout: float = typer.Option(120.0, "--timeout", min=0, help="Seconds per model before it becomes an error row (0: no limit)."),
+    timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds per model before it becomes an error row (0: no limit)."),
     cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Result cache folder (default: $NAFIX_CACHE_DIR, else the user cache folder)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Exit 1 only on what is new or worse than this baseline file."),
@@ -418,7 +436,7 @@ def fix_cmd(
     compile_: bool = typer.Option(False, "--compile", help="Also compile the original and the fixed model with stedgeai and compare real epochs."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json for stedgeai (--st-neural-art) and the memory estimate."),
-    compile_timeout: float = typer.Option(900.0, "--compile-timeout", help="Seconds all stedgeai runs of this command may take together (--version, before, after)."),
+    compile_timeout: float = typer.Option(900.0, "--compile-timeout", callback=_positive_seconds, help="Seconds all stedgeai runs of this command may take together (--version, before, after)."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep stedgeai workspaces in this folder (default: temporary)."),
     quantize: bool = typer.Option(False, "--quantize", help="Re-quantize with onnxruntime for the NPU: float models, uint8 activations, float islands."),
     calib: Optional[str] = typer.Option(None, "--calib", help="Calibration data: a folder of .npz (one sample each), one .npz with a sample axis, or a folder of images."),
@@ -431,8 +449,34 @@ def fix_cmd(
     calib_samples: int = typer.Option(200, "--calib-samples", help="At most this many calibration samples."),
     calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
+    timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds each stage that runs onnxruntime or the TFLite interpreter (loading and shape inference, rewriting, each calibration sample, verification) may take before the fix is stopped, as audit's per-model limit (0: no limit; stedgeai has --compile-timeout)."),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
+    from .deadline import run_bounded
+
+    def work() -> int:
+        try:
+            _fix_work(model, output, dry_run, select, extend_select, ignore, rules, input_type, inputs, keep_failed,
+                      force, fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_,
+                      stedgeai, profile, compile_timeout, workdir, quantize, calib, calib_size, calib_layout,
+                      calib_scale, calib_mean, calib_std, calib_order, calib_samples, calib_method, core)
+        except typer.Exit as exc:  # the exit code goes back as a value (click's Exit does not pickle it)
+            return exc.exit_code
+        return 0
+
+    try:  # the stages that run foreign code are bounded as audit bounds each model: in a child process
+        code = run_bounded(work, limit=timeout or None, what=model, first_stage="loading and analysing the model")
+    except NafixError as exc:
+        _fail(exc)
+    if code:
+        raise typer.Exit(code)
+
+
+def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, input_type, inputs, keep_failed, force,
+              fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_, stedgeai, profile,
+              compile_timeout, workdir, quantize, calib, calib_size, calib_layout, calib_scale, calib_mean, calib_std,
+              calib_order, calib_samples, calib_method, core) -> None:
+    """``nafix fix``'s work and output (exits with typer.Exit like a command)."""
     model = Path(model)
     from .api import CompileOptions, FixOptions, fix
     from .report import fix_dict, fix_renderables
@@ -556,7 +600,7 @@ def compile_cmd(
     model: str = typer.Argument(..., help="The ONNX or TFLite model to compile (stedgeai reads .tflite natively)."),
     stedgeai: Optional[str] = typer.Option(None, "--stedgeai", help=STEDGEAI_HELP),
     profile: Optional[str] = typer.Option(None, "--profile", help="Neural-ART profile NAME@FILE.json (--st-neural-art)."),
-    timeout: float = typer.Option(900.0, "--timeout", help="Seconds stedgeai may take (--version and generate together)."),
+    timeout: float = typer.Option(900.0, "--timeout", callback=_positive_seconds, help="Seconds stedgeai may take (--version and generate together)."),
     workdir: Optional[str] = typer.Option(None, "--workdir", help="Keep the stedgeai workspace in this folder (default: temporary)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
@@ -610,6 +654,10 @@ def compile_cmd(
             out.print(r)
     if not compiled.result.ok:
         raise typer.Exit(1)
+    if compiled.result.report is None:  # exit 0 only with a measurement
+        why = next((p for p in compiled.result.problems if "report" in p.lower()), "no report was read")
+        _error(f"stedgeai exited with code 0 but nafix has no report to measure {model} with: {why.rstrip('.')}.")
+        raise typer.Exit(1)
 
 
 @app.command("calibrate")
@@ -653,15 +701,22 @@ def explain_cmd(
         text = sys.stdin.read() if stdin else _read_text_input(path, "stedgeai log or report")
     except NafixError as exc:
         _fail(exc)
+    from .stedgeai import MalformedReport
+
     found = explain(text)
+    unreadable = None
     try:
         report = parse_report(text, source=str(path))
+    except MalformedReport as exc:  # a report claiming what it cannot hold: say so, explain the log lines
+        report, unreadable = None, exc.message
     except Exception:  # noqa: BLE001 - not a report nafix can read: explain the log lines only
         report = None
     if fmt == OutFormat.json:
         data = {"nafix_version": __version__,
                 "known_errors": [{"code": k.code, "cause": k.cause, "fix": _fix_text(k), "evidence": k.evidence_line,
                                   "details": dict(k.details), "tag": k.tag} for k in found]}
+        if unreadable is not None:
+            data["report_error"] = unreadable
         if report is not None:
             data["report"] = {"version": report.version, "epochs": report.epochs, "sw_epochs": report.sw_epochs,
                               "hybrid_epochs": report.hybrid_epochs, "hw_ratio": round(report.hw_ratio, 4),
@@ -669,6 +724,8 @@ def explain_cmd(
         _emit(escape.json_text(data, indent=2, default=str) + "\n", target, force=force, protected=protected)
         return
     lines: list[Text] = []
+    if unreadable is not None:
+        lines.append(Text(f"report not read: {unreadable}"))
     if report is not None:
         lines.append(_line(f"stedgeai {report.version or '?'} report: {report.epochs} epochs, {report.sw_epochs} SW, "
                           f"{report.hybrid_epochs if report.hybrid_epochs is not None else 'n/a'} hybrid, "
@@ -695,9 +752,11 @@ def _read_text_input(path: Path, what: str) -> str:
     from .errors import InputError
     from .model_io import regular_file
 
+    from .fsutil import read_text
+
     regular_file(path, f"{what} file")
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return read_text(path, errors="replace")  # checked again on the open file: a FIFO swapped in never blocks
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
 

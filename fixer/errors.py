@@ -6,6 +6,8 @@ so the CLI can print it after ``error:`` without a traceback.
 
 from __future__ import annotations
 
+import os
+
 
 class NafixError(Exception):
     """Base class of every error nafix raises on purpose.
@@ -76,7 +78,9 @@ def read_yaml(path, where: str, error: type[NafixError]):
         text = path
     else:
         try:
-            raw = path.read_bytes()
+            from .fsutil import read_bytes
+
+            raw = read_bytes(path) if isinstance(path, (os.PathLike, bytes)) else path.read_bytes()
         except OSError as exc:
             raise error(f"{where}: cannot be read ({exc.strerror or exc}).") from None
         if b"\x00" in raw[:8192]:

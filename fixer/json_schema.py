@@ -30,11 +30,11 @@ import json
 import math
 import os
 import re
-import stat
 from pathlib import Path
 from typing import Any, Callable
 
 from .errors import InputError
+from .fsutil import NotRegularFileError, open_regular
 
 #: Deepest nesting accepted in a file nafix reads back (its own files nest 8 levels at most).
 MAX_DEPTH = 32
@@ -133,31 +133,23 @@ def parse_json(text: str | bytes, *, max_depth: int | None = MAX_DEPTH) -> Any:
 
 
 def read_json_bytes(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
-    """The bytes of the regular file ``path`` (at most ``max_bytes``). A FIFO, socket or device is
-    refused without blocking. Raises ``FileNotFoundError``, other ``OSError`` for an unreadable
-    file, and :class:`JSONProblem` for something that is not a regular file or is too large."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
-    fd = os.open(os.fspath(path), flags)  # non-blocking: opening a FIFO without a writer returns at once
+    """The bytes of the regular file ``path`` (at most ``max_bytes``), opened by
+    :func:`fixer.fsutil.open_regular` (a FIFO, socket or device is refused without blocking). Raises
+    ``FileNotFoundError``, other ``OSError`` for an unreadable file, and :class:`JSONProblem` for
+    something that is not a regular file or is too large."""
     try:
-        st = os.fstat(fd)
-        if stat.S_ISDIR(st.st_mode):
-            raise NotAFile("", "is a folder")
-        if not stat.S_ISREG(st.st_mode):
-            raise NotAFile("", "is not a regular file (a FIFO, socket or device)")
-        if st.st_size > max_bytes:
-            raise JSONProblem("", f"is {st.st_size:,} bytes, more than the {max_bytes:,} nafix reads")
-        chunks, size = [], 0
-        while True:  # bounded even if the file grows while it is read
-            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > max_bytes:
-                raise JSONProblem("", f"is more than the {max_bytes:,} bytes nafix reads")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        fh = open_regular(path)
+    except NotRegularFileError as exc:
+        raise NotAFile("", "is a folder" if exc.kind == "a folder"
+                       else "is not a regular file (a FIFO, socket or device)") from None
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
+            raise JSONProblem("", f"is {size:,} bytes, more than the {max_bytes:,} nafix reads")
+        data = fh.read(max_bytes + 1)  # bounded even if the file grows while it is read
+    if len(data) > max_bytes:
+        raise JSONProblem("", f"is more than the {max_bytes:,} bytes nafix reads")
+    return data
 
 
 def read_json_file(path: str | os.PathLike[str], schema: "Schema | None", *, what: str, hint: str,

@@ -431,9 +431,13 @@ def regular_file(p: Path, what: str, *, missing: str = "no such file") -> os.sta
 def read_model_bytes(p: Path) -> bytes:
     """The bytes of the model file ``p`` (checked with :func:`regular_file` first); every failure is
     one InputError sentence."""
+    from .fsutil import NotRegularFileError, read_bytes
+
     st = regular_file(p, "ONNX or TFLite model file")
     try:
-        return p.read_bytes()
+        return read_bytes(p)  # opened without blocking and checked again: a FIFO swapped in never blocks
+    except NotRegularFileError as exc:
+        raise InputError(f"{p}: {exc.strerror}; give the ONNX or TFLite model file itself.") from None
     except OSError as exc:
         raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
     except MemoryError:
@@ -464,8 +468,18 @@ def _load_external_data(model: onnx.ModelProto, path: Path, scan: _NodeScan | No
                 f"{path}: tensor '{tensor.name}' points its external data at '{loc}', outside the model's "
                 "folder; refusing to read it (path traversal)."
             )
-        if not target.is_file():
+        if not target.exists():
             raise InputError(f"{path}: external data file '{loc}' for tensor '{tensor.name}' is missing.")
+        from .fsutil import NotRegularFileError, open_regular
+
+        try:  # onnx opens it next: a FIFO or device there would block the load for ever
+            open_regular(target).close()
+        except NotRegularFileError as exc:
+            raise InputError(f"{path}: external data file '{loc}' for tensor '{tensor.name}' {exc.strerror}; "
+                             "nafix reads external data only from regular files.") from None
+        except OSError as exc:
+            raise InputError(f"{path}: external data file '{loc}' for tensor '{tensor.name}' cannot be read "
+                             f"({exc.strerror or exc}).") from None
         try:
             offset = int(info.get("offset", 0) or 0)
             length = int(info["length"]) if info.get("length") not in (None, "") else None
@@ -1093,10 +1107,27 @@ def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
 
     import numpy as np
 
+    from .fsutil import NotRegularFileError, open_regular
+
     regular_file(p, f"{option} .npz file", missing=f"{option} file not found")
     try:
-        with open(p, "rb") as fh:
-            head = fh.read(8)
+        fh = open_regular(p)  # one open, checked on its descriptor: np.load reads this very file
+    except NotRegularFileError as exc:
+        raise InputError(f"{p}: {exc.strerror}; {option} needs an .npz file.") from None
+    except OSError as exc:
+        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    with fh:
+        return _read_npz_from(fh, p, option)
+
+
+def _read_npz_from(fh, p: Path, option: str) -> dict[str, np.ndarray]:
+    import zipfile
+
+    import numpy as np
+
+    try:
+        head = fh.read(8)
+        fh.seek(0)
     except OSError as exc:
         raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
     expected = "an .npz archive (numpy.savez) with one numeric array per graph input, keyed by input name"
@@ -1106,7 +1137,7 @@ def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
         raise InputError(f"{p}: is not an .npz archive (it does not start like a zip file); {option} needs {expected}.")
     out: dict[str, np.ndarray] = {}
     try:
-        with np.load(p, allow_pickle=False) as z:
+        with np.load(fh, allow_pickle=False) as z:
             for key in z.files:
                 try:
                     out[key] = z[key]

@@ -217,8 +217,10 @@ _PARSED: dict[tuple, "Rule"] = {}
 
 
 def _read_rule_bytes(f, label: str) -> bytes:
+    from .fsutil import read_bytes
+
     try:
-        return f.read_bytes()
+        return read_bytes(f) if isinstance(f, Path) else f.read_bytes()  # a FIFO named *.yaml is refused
     except OSError as exc:
         raise RuleError(f"{label}: cannot be read ({exc.strerror or exc}).") from None
 

@@ -97,8 +97,10 @@ class ImportedTFLite:
 
 def read_tflite(path: Path) -> ImportedTFLite:
     """Read and import the TFLite file at ``path`` (errors are one InputError sentence)."""
+    from ..fsutil import read_bytes
+
     try:
-        data = path.read_bytes()
+        data = read_bytes(path)  # a FIFO or device is refused, never read
     except OSError as exc:
         raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
     return import_tflite(data, path)

@@ -111,10 +111,12 @@ def strip_json_comments(text: str) -> str:
 
 def _load_json(path: Path, what: str) -> tuple[Any, bool]:
     """Read ``path`` as JSON with comments; return (data, whether comments/commas were removed)."""
-    if path.exists() and not path.is_file() and not path.is_dir():  # a FIFO would block the read forever
-        raise ProfileError(f"The {what} {path} is not a regular file (a FIFO, socket or device).")
+    from ..fsutil import NotRegularFileError, read_text
+
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = read_text(path, encoding="utf-8-sig")  # a FIFO would block the read for ever: refused
+    except NotRegularFileError as exc:
+        raise ProfileError(f"The {what} {path} {exc.strerror} (a FIFO, socket, device or folder).") from None
     except FileNotFoundError:
         raise ProfileError(f"The {what} {path} does not exist.") from None
     except OSError as exc:

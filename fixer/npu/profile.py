@@ -427,7 +427,9 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
             raise ProfileError(f"{p}: target profile file not found.")
         where = str(p)
         try:
-            text: str | bytes | None = p.read_bytes()
+            from ..fsutil import read_bytes
+
+            text: str | bytes | None = read_bytes(p)  # a FIFO is refused, never read
         except OSError:
             text = None  # read_yaml says why, in one sentence
         src = p

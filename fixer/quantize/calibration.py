@@ -369,8 +369,10 @@ def read_image(path: str | Path) -> np.ndarray:
     suffix = p.suffix.lower()
     if suffix not in IMAGE_SUFFIXES:
         raise InputError(f"{p}: unsupported image type '{suffix}' (use {', '.join(IMAGE_SUFFIXES)}).")
+    from ..fsutil import read_bytes
+
     try:
-        raw = p.read_bytes()
+        raw = read_bytes(p)  # a FIFO named *.png is refused, never read
     except OSError as exc:
         raise InputError(f"{p}: the image cannot be read ({exc.strerror or exc}).") from None
     from PIL import Image

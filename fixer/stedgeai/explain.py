@@ -114,7 +114,8 @@ KNOWN_ERROR_PATTERNS: tuple[KnownErrorPattern, ...] = (
     ),
     KnownErrorPattern(
         code="not-quantized",
-        regex=re.compile(r"WARNING:\s*(?P<tensor>\S+)\s+is not quantized", re.I),
+        # the name cannot run over the next "WARNING:": each warning is scanned once (linear time)
+        regex=re.compile(r"WARNING:[ \t]*(?P<tensor>(?:(?!WARNING:)\S)+)[ \t]+is not quantized", re.I),
         cause="tensors without quantization parameters stay float, so the ops around them run in "
         "SW as DequantizeLinear -> op -> QuantizeLinear",
         fix="quantize the float island (QDQ around the op)",

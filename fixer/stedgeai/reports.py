@@ -151,11 +151,107 @@ _FORMAT_A_TOTAL = re.compile(
     re.IGNORECASE,
 )
 
-_FORMAT_B_TOTAL = re.compile(r"^\s*Total number of epochs\s+(?P<epochs>\d+)\s*$", re.I | re.M)
+#: At most this many epoch rows are read from one report (real networks have a few hundred): an
+#: epoch-controller range (``epochs 1 -> 13``) is expanded to one row per id, so a 40-byte row could
+#: otherwise ask for a billion.
+MAX_EPOCH_ROWS = 100_000
 
-_FORMAT_B_COUNTER = re.compile(
-    r"^\s*>>\s*(?P<label>.*?\S)\s+(?P<n>\d+)\s*(?:\((?P<note>[^)]*)\))?\s*$", re.M
-)
+
+class MalformedReport(InputError):
+    """The text is a stedgeai report (it has the epoch counters) but claims what no report can hold
+    (an epoch range larger than the report's own total, or than :data:`MAX_EPOCH_ROWS`)."""
+
+
+def _lines(text: str, start: int = 0) -> Iterable[tuple[int, str]]:
+    """``(offset, line)`` of every line of ``text`` from ``start``, in one linear pass (the report
+    patterns below are matched per line with str methods: a regex anchored with ``^\\s*`` over the
+    whole text, or with ``.*?\\s*$``, takes quadratic time on a long run of spaces or blank lines)."""
+    n = len(text)
+    while start <= n:
+        end = text.find("\n", start)
+        if end < 0:
+            end = n
+        yield start, text[start:end].rstrip("\r")
+        start = end + 1
+
+
+def _from_word(text: str, word: str) -> int | None:
+    """Offset of the line holding the first case-insensitive ``word``, or None (a plain literal
+    search: the line scans below start there)."""
+    hit = re.search(re.escape(word), text, re.I)
+    return None if hit is None else text.rfind("\n", 0, hit.start()) + 1
+
+
+def _labelled(text: str, label: str) -> str | None:
+    """The value after ``label :`` on the first line that starts (after blanks) with ``label``
+    (case-insensitive), stripped; None when there is none (or its value is empty)."""
+    want = label.lower()
+    start = _from_word(text, label)
+    if start is None:
+        return None
+    for _, line in _lines(text, start):
+        s = line.strip()
+        if s[: len(want)].lower() != want:
+            continue
+        rest = s[len(want):].lstrip()
+        if rest.startswith(":") and rest[1:].strip():
+            return rest[1:].strip()
+    return None
+
+
+def _format_b_total(text: str) -> tuple[int, int, int] | None:
+    """(epochs, start, end) of the first ``Total number of epochs N`` line (format B: no colon)."""
+    want = "total number of epochs"
+    start = _from_word(text, want)
+    if start is None:
+        return None
+    for offset, line in _lines(text, start):
+        s = line.strip()
+        if s[: len(want)].lower() != want:
+            continue
+        rest = s[len(want):]
+        if rest[:1].isspace() and rest.strip().isdigit() and rest.strip().isascii():
+            return int(rest.strip()), offset, offset + len(line)
+    return None
+
+
+def _format_b_counters(text: str) -> Iterable[tuple[str, int, str | None]]:
+    """``(label, n, note)`` of each ``>> label N (note)`` line."""
+    for _, line in _lines(text):
+        s = line.strip()
+        if not s.startswith(">>"):
+            continue
+        body, note = s[2:].strip(), None
+        if body.endswith(")") and "(" in body:
+            cut = body.rfind("(")
+            inner = body[cut + 1 : -1]
+            head = body[:cut].rstrip()
+            if ")" not in inner and head.rsplit(None, 1)[-1:] and head.rsplit(None, 1)[-1].isdigit():
+                body, note = head, inner
+        parts = body.rsplit(None, 1)
+        if len(parts) == 2 and parts[1].isdigit() and parts[1].isascii():
+            yield parts[0], int(parts[1]), note
+
+
+def _command_line(text: str) -> str | None:
+    """The first ``...stedgeai generate|analyze|validate ...`` line, stripped."""
+    start = _from_word(text, "stedgeai")
+    if start is None:
+        return None
+    for _, line in _lines(text, start):
+        s = line.strip()
+        parts = s.split(None, 2)
+        if len(parts) < 2:
+            continue
+        tool = parts[0].lower()
+        verb = parts[1].lower()
+        if not (tool.endswith("stedgeai") or tool.endswith("stedgeai.exe")):
+            continue
+        for word in ("generate", "analyze", "validate"):
+            if verb.startswith(word) and not (verb[len(word):len(word) + 1].isalnum() or verb[len(word):len(word) + 1] == "_"):
+                return s
+    return None
+
 
 _EC_BLOBS = re.compile(r"implemented in\s+(\d+)\s+epoch controller", re.I)
 
@@ -184,13 +280,6 @@ _QLINEAR = re.compile(
     r"QLinear\(\s*(?P<scale>[-+\d.eE]+)\s*,\s*(?P<zp>[-+]?\d+)\s*(?:,\s*(?P<qtype>\w+)\s*)?\)", re.I
 )
 
-_COMPILER_VERSION = re.compile(r"^\s*Compiler version\s*:\s*(?P<v>\S+)", re.I | re.M)
-
-_PARAMETERS = re.compile(r"^\s*Parameters\s*:\s*(?P<cmd>.+?)\s*$", re.I | re.M)
-
-_COMMAND_LINE = re.compile(
-    r"^\s*(?P<cmd>\S*stedgeai(?:\.exe)?\s+(?:generate|analyze|validate)\b.*?)\s*$", re.I | re.M
-)
 
 
 def _to_bytes(value: str, unit: str) -> int:
@@ -255,10 +344,15 @@ def _table_cells(line: str) -> list[str] | None:
     return [cell.strip() for cell in stripped[1:-1].split("|")]
 
 
-def _parse_format_b_rows(lines: Sequence[str], source: str) -> tuple[EpochRow, ...]:
-    """Read the ``| epoch ID | Type | Details |`` table by its header names."""
+def _parse_format_b_rows(lines: Sequence[str], source: str, epochs: int) -> tuple[EpochRow, ...]:
+    """Read the ``| epoch ID | Type | Details |`` table by its header names.
+
+    An ``epochs A -> B`` range is one row per id; a range (or the table) with more ids than the
+    report's own total of ``epochs`` (a little slack for ids the compiler skipped) or than
+    :data:`MAX_EPOCH_ROWS` raises :class:`MalformedReport`: the report cannot hold them."""
     header: dict[str, int] | None = None
     rows: list[EpochRow] = []
+    limit = min(MAX_EPOCH_ROWS, 2 * max(epochs, 0) + 64)
     for line in lines:
         cells = _table_cells(line)
         if cells is None:
@@ -281,9 +375,20 @@ def _parse_format_b_rows(lines: Sequence[str], source: str) -> tuple[EpochRow, .
         single = _TABLE_ID_SINGLE.match(ident)
         many = _TABLE_ID_RANGE.match(ident)
         if single:
+            if len(rows) >= limit:
+                raise MalformedReport(
+                    f"{source}: the epoch table has more rows than the report's total of {epochs} epochs can "
+                    f"hold (at most {limit} rows are read); not a report nafix can read."
+                )
             rows.append(EpochRow(id=int(single.group("id")), kind=kind, ops=ops))
         elif many:
             first, last = int(many.group("first")), int(many.group("last"))
+            if last - first + 1 + len(rows) > limit:
+                raise MalformedReport(
+                    f"{source}: the epoch table row '{ident[:80]}' spans {last - first + 1} epochs, more than the "
+                    f"report's total of {epochs} epochs can hold (at most {limit} rows are read); not a report "
+                    "nafix can read."
+                )
             rows.extend(EpochRow(id=i, kind=kind, ops=ops) for i in range(first, last + 1))
         else:
             # "<no executed epochs>": an epoch-controller blob that runs nothing.
@@ -366,16 +471,16 @@ def parse_report(text: str, *, source: str = "the report text") -> StedgeaiRepor
     text has no ``Epochs details`` counters, i.e. is not a Neural-ART stedgeai report.
     """
     version = parse_version(text)
-    compiler = _COMPILER_VERSION.search(text)
-    command_match = _PARAMETERS.search(text) or _COMMAND_LINE.search(text)
+    compiler = _labelled(text, "Compiler version")
+    command = _labelled(text, "Parameters") or _command_line(text)
     memory = _parse_memory(text)
     inputs, outputs = _parse_io(text)
 
     a_total = _FORMAT_A_TOTAL.search(text)
-    b_total = _FORMAT_B_TOTAL.search(text)
+    b_total = _format_b_total(text)
     hybrid: int | None
     ec_blobs: int | None = None
-    if a_total and (not b_total or a_total.start() <= b_total.start()):
+    if a_total and (not b_total or a_total.start() <= b_total[1]):
         fmt: Literal["A", "B"] = "A"
         epochs = int(a_total.group("epochs"))
         sw = int(a_total.group("sw"))
@@ -384,24 +489,24 @@ def parse_report(text: str, *, source: str = "the report text") -> StedgeaiRepor
         rows = _parse_format_a_rows(text[a_total.end() :].splitlines())
     elif b_total:
         fmt = "B"
-        epochs = int(b_total.group("epochs"))
+        epochs = b_total[0]
         counters: dict[str, int] = {}
-        after = text[b_total.end() :]
-        for match in _FORMAT_B_COUNTER.finditer(after):
-            label = match.group("label").lower()
+        after = text[b_total[2] :]
+        for raw_label, n, raw_note in _format_b_counters(after):
+            label = raw_label.lower()
             if "hybrid" in label:
                 key = "hybrid"
             elif "software" in label or "(sw)" in label:
                 key = "sw"
             elif "hardware" in label or "(hw" in label:
                 key = "hw"
-                note = match.group("note") or ""
+                note = raw_note or ""
                 blobs = _EC_BLOBS.search(note)
                 if blobs:
                     ec_blobs = int(blobs.group(1))
             else:
                 continue
-            counters.setdefault(key, int(match.group("n")))
+            counters.setdefault(key, n)
             if len(counters) == 3:
                 break
         missing = [label for label in ("sw", "hybrid", "hw") if label not in counters]
@@ -418,7 +523,7 @@ def parse_report(text: str, *, source: str = "the report text") -> StedgeaiRepor
                 "%s: the epoch counters do not add up (%d SW + %d hybrid + %d HW != %d total).",
                 source, sw, hybrid, hw, epochs,
             )
-        rows = _parse_format_b_rows(after.splitlines(), source)
+        rows = _parse_format_b_rows(after.splitlines(), source, epochs)
     else:
         raise InputError(
             f"{source} is not a stedgeai Neural-ART report: it has no 'Total number of epochs' "
@@ -445,18 +550,20 @@ def parse_report(text: str, *, source: str = "the report text") -> StedgeaiRepor
         inputs=inputs,
         outputs=outputs,
         ec_blobs=ec_blobs,
-        compiler_version=compiler.group("v") if compiler else None,
-        command=command_match.group("cmd") if command_match else None,
+        compiler_version=compiler.split()[0] if compiler else None,
+        command=command,
     )
 
 
 def load_report(path: str | Path) -> StedgeaiReport:
     """Read and parse a report file (see :func:`parse_report`)."""
+    from ..fsutil import NotRegularFileError, read_text
+
     path = Path(path)
-    if path.exists() and not path.is_file():  # a folder or a FIFO: never opened (a FIFO would block)
-        raise InputError(f"The stedgeai report {path} is not a regular file.")
     try:
-        text = path.read_text(encoding="utf-8", errors="replace")
+        text = read_text(path, errors="replace")  # a folder or a FIFO is never read (a FIFO would block)
+    except NotRegularFileError:
+        raise InputError(f"The stedgeai report {path} is not a regular file.") from None
     except OSError as exc:
         raise InputError(f"The stedgeai report {path} cannot be read: {exc.strerror or exc}.") from exc
     return parse_report(text, source=str(path))
@@ -713,11 +820,15 @@ def parse_c_info(data: Mapping[str, Any], *, source: str = "the c_info data") ->
 
 def load_c_info(path: str | Path) -> CInfo:
     """Read and parse a ``network_c_info.json`` file (see :func:`parse_c_info`)."""
+    from ..fsutil import NotRegularFileError, read_text
+
     path = Path(path)
-    if path.exists() and not path.is_file():
-        raise InputError(f"The c_info file {path} is not a regular file.")
     try:
-        data = json.loads(path.read_text(encoding="utf-8", errors="replace"))
+        data = json.loads(read_text(path, errors="replace"))
+    except NotRegularFileError:
+        raise InputError(f"The c_info file {path} is not a regular file.") from None
+    except RecursionError:
+        raise InputError(f"The c_info file {path} is nested too deeply to read.") from None
     except OSError as exc:
         raise InputError(f"The c_info file {path} cannot be read: {exc.strerror or exc}.") from exc
     except json.JSONDecodeError as exc:
@@ -786,12 +897,20 @@ class EpochCsv:
         return re.sub(r"[\s_\-]+", "", name.strip().lower())
 
 
+_SNIFF_CHARS = 4096
+
+
 def parse_epoch_csv(text: str, *, source: str = "the epoch CSV") -> EpochCsv:
     """Parse a per-epoch CSV (comma, semicolon or tab separated) by its header row."""
     lines = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
     if not lines:
         raise InputError(f"{source} is empty; expected a header row and one row per epoch.")
+    # csv.Sniffer's patterns take super-linear time on long lines (",\"" repeated: minutes for 200 KB):
+    # it sees at most the first 4 KiB, whole lines where it can
     sample = "\n".join(lines[:20])
+    if len(sample) > _SNIFF_CHARS:
+        cut = sample.rfind("\n", 0, _SNIFF_CHARS)
+        sample = sample[: cut if cut > 0 else _SNIFF_CHARS]
     try:
         dialect: type[csv.Dialect] | csv.Dialect = csv.Sniffer().sniff(sample, delimiters=",;\t")
     except csv.Error:

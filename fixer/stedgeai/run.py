@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError, ToolError, UsageError
+from ..fsutil import is_regular, read_text
 from .explain import KnownError, explain
 from .reports import CInfo, EpochCsv, StedgeaiReport, load_c_info, load_report, parse_epoch_csv, parse_report
 
@@ -66,10 +67,15 @@ def _generate_command(
     return command
 
 
+#: Seconds the output pipes may stay open after stedgeai exited (its last lines are still being
+#: read); past this, what keeps them open is a process stedgeai started and left behind.
+_DRAIN_S = 2.0
+
+
 def _kill_process_tree(process: subprocess.Popen[str]) -> None:
-    """Stop the process and everything it started (atonn runs as a child of stedgeai)."""
-    if process.poll() is not None:
-        return
+    """Stop the process and everything it started (atonn runs as a child of stedgeai), also when
+    stedgeai itself has exited and only what it started is left: they share its process group
+    (its own session), whose id stays reserved while any member lives."""
     try:
         if os.name == "posix":
             os.killpg(process.pid, signal.SIGKILL)
@@ -100,7 +106,8 @@ def _find_first(folders: Sequence[Path], patterns: Sequence[str]) -> Path | None
         for folder in folders:
             if not folder.is_dir():
                 continue
-            hits = sorted(folder.rglob(pattern), key=lambda p: (len(p.parts), str(p)))
+            # regular files only: a FIFO named *.csv in the workspace would block the read for ever
+            hits = sorted((p for p in folder.rglob(pattern) if is_regular(p)), key=lambda p: (len(p.parts), str(p)))
             if hits:
                 return hits[0]
     return None
@@ -190,13 +197,27 @@ def run_generate(
     collected: list[str] = []
     open_streams = len(readers)
     deadline = started + timeout_s
+    exited_at: float | None = None  # when stedgeai exited while its output was still open
+    stop_reading_at: float | None = None
+    leftovers = False
     try:
         while open_streams:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 raise TimeoutError
+            if stop_reading_at is not None and now >= stop_reading_at:
+                break  # killed, and still no end of file: stop reading (the pumps are daemon threads)
+            if exited_at is None and process.poll() is not None:
+                exited_at = now
+            if exited_at is not None and stop_reading_at is None and now - exited_at > _DRAIN_S:
+                # stedgeai has exited but a process it started (atonn, a helper) still holds its
+                # stdout/stderr: stop the whole group, read what is left for a moment, go on
+                leftovers = True
+                _kill_process_tree(process)
+                stop_reading_at = now + _DRAIN_S
             try:
-                line = lines.get(timeout=min(remaining, 0.5))
+                line = lines.get(timeout=max(0.01, min(remaining, 0.2)))
             except queue.Empty:
                 continue
             if line is None:
@@ -221,14 +242,19 @@ def run_generate(
         process.wait()
         raise
     finally:
-        for reader in readers:
+        for reader, stream in zip(readers, (process.stdout, process.stderr)):
             reader.join(timeout=2)
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
+            # closing a stream a pump still reads would wait for that read (for ever, when something
+            # outside the killed group holds the pipe): leave it to the daemon thread then
+            if stream is not None and not reader.is_alive():
                 stream.close()
     duration = time.monotonic() - started
     text = "\n".join(collected)
     known = explain(text)
+    left_behind = (
+        "stedgeai exited but a process it started kept its output open; that process group was stopped."
+        if leftovers else None
+    )
 
     if returncode != 0:
         log.info("stedgeai exited with code %d after %.1f s", returncode, duration)
@@ -237,7 +263,7 @@ def run_generate(
             output_dir=output_dir, workspace_dir=workspace_dir, known_errors=known,
         )
 
-    problems: list[str] = []
+    problems: list[str] = [left_behind] if left_behind else []
     folders = [output_dir, workspace_dir]
     report: StedgeaiReport | None = None
     report_path = _find_first(folders, ["network_generate_report.txt", "*_generate_report.txt"])
@@ -274,9 +300,7 @@ def run_generate(
     csv_path = _find_first(folders, ["*.csv"])
     if csv_path is not None:
         try:
-            epoch_csv = parse_epoch_csv(
-                csv_path.read_text(encoding="utf-8", errors="replace"), source=str(csv_path)
-            )
+            epoch_csv = parse_epoch_csv(read_text(csv_path, errors="replace"), source=str(csv_path))
         except Exception as exc:  # noqa: BLE001 - InputError, OSError, or a CSV the parser does not follow
             problems.append(getattr(exc, "message", None) or f"{csv_path} cannot be read: {exc}.")
 

@@ -47,7 +47,9 @@ def default_cache_dir() -> Path:
 
 
 def _hash_file(h, path: Path) -> None:
-    with open(path, "rb") as f:
+    from ..fsutil import open_regular
+
+    with open_regular(path) as f:  # a FIFO or device raises here, never blocks (before any --timeout applies)
         while chunk := f.read(_CHUNK):
             h.update(chunk)
 
@@ -55,12 +57,14 @@ def _hash_file(h, path: Path) -> None:
 def content_sha256(path: Path) -> str | None:
     """sha256 of the model file followed by each external data file an ONNX model names (sorted by location);
     None when the file (or a data file) cannot be read: the worker then reports why."""
-    if not path.is_file():  # a FIFO or device could block or never end: the worker reports it
-        return None
+    from ..fsutil import open_regular
+
     try:
         h = hashlib.sha256()
         mark, seen, tail = b"location", False, b""
-        with open(path, "rb") as f:  # streamed: a multi-GB model is never held in memory here
+        # streamed: a multi-GB model is never held in memory here; a FIFO or device is refused
+        # without blocking (no key: the worker reports it, under --timeout)
+        with open_regular(path) as f:
             while chunk := f.read(_CHUNK):
                 h.update(chunk)
                 seen = seen or mark in tail + chunk
@@ -81,7 +85,9 @@ def _external_locations(path: Path) -> list[str]:
     import onnx
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
-    model = onnx.load(str(path), load_external_data=False)
+    from ..fsutil import read_bytes
+
+    model = onnx.load_model_from_string(read_bytes(path))  # the file just hashed, checked again
     locs = set()
     for t in _get_all_tensors(model):
         if uses_external_data(t):
