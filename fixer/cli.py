@@ -89,6 +89,7 @@ class _GuardedStdout:
 
     def __init__(self, stream):
         self._stream = stream
+        self.nafix_wrapped = stream  # the real stream (fixer.deadline forks only where it is the real one)
 
     def write(self, text):
         try:
@@ -210,12 +211,13 @@ def _stedgeai_args(stedgeai_option) -> tuple[str, ...]:
 
 
 def _limit_seconds(value: Optional[float]) -> Optional[float]:
-    """A per-model / per-stage time limit: a finite number of seconds, 0 for none."""
+    """A per-model / per-stage time limit in seconds: 0 or infinity is none (None); NaN or a negative
+    number is refused."""
     import math
 
-    if value is not None and (not math.isfinite(value) or value < 0):
-        raise typer.BadParameter(f"{value:g} is not a time limit: give a finite number of seconds, 0 for no limit.")
-    return value
+    if value is not None and (math.isnan(value) or value < 0):
+        raise typer.BadParameter(f"{value:g} is not a time limit: give a number of seconds, 0 or inf for no limit.")
+    return None if value is None or value == 0 or math.isinf(value) else value
 
 
 def _positive_seconds(value: Optional[float]) -> Optional[float]:
@@ -256,7 +258,7 @@ def audit_cmd(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also list performance notes (decomposed kernels, ...)."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
     jobs: int = typer.Option(0, "--jobs", "-j", min=0, help="Worker processes (default 0: one per CPU)."),
-    timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds per model before it becomes an error row (0: no limit)."),
+    timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds per model before it becomes an error row (0 or inf: no limit)."),
     cache_dir: Optional[str] = typer.Option(None, "--cache-dir", help="Result cache folder (default: $NAFIX_CACHE_DIR, else the user cache folder)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Neither read nor write the result cache."),
     baseline: Optional[str] = typer.Option(None, "--baseline", help="Exit 1 only on what is new or worse than this baseline file."),
@@ -275,7 +277,7 @@ def audit_cmd(
         baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
         _distinct_outputs(("-o/--output", target), ("--write-baseline", baseline_target))
         opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
-        zoo = ZooOptions(jobs=jobs, timeout=_seconds(timeout), cache_dir=Path(cache_dir) if cache_dir else None,
+        zoo = ZooOptions(jobs=jobs, timeout=timeout, cache_dir=Path(cache_dir) if cache_dir else None,
                          use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor)
         base = None
         if baseline is not None:
@@ -449,7 +451,7 @@ def fix_cmd(
     calib_samples: int = typer.Option(200, "--calib-samples", help="At most this many calibration samples."),
     calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
-    timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds each stage that runs onnxruntime or the TFLite interpreter (loading and shape inference, rewriting, each calibration sample, verification) may take before the fix is stopped, as audit's per-model limit (0: no limit; stedgeai has --compile-timeout)."),
+    timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds each stage that runs onnxruntime or the TFLite interpreter (loading and shape inference, rewriting, each calibration sample, verification) may take before the fix is stopped, as audit's per-model limit (0 or inf: no limit; stedgeai has --compile-timeout)."),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
     from .deadline import run_bounded
@@ -465,7 +467,7 @@ def fix_cmd(
         return 0
 
     try:  # the stages that run foreign code are bounded as audit bounds each model: in a child process
-        code = run_bounded(work, limit=timeout or None, what=model, first_stage="loading and analysing the model")
+        code = run_bounded(work, limit=timeout, what=model, first_stage="loading and analysing the model")
     except NafixError as exc:
         _fail(exc)
     if code:
@@ -878,11 +880,6 @@ def _distinct_outputs(*named: tuple[str, Optional[Path]]) -> None:
             raise UsageError(f"{other} and {option} both name {same}; the second would replace the first: "
                              "give each output its own file.")
         seen[key] = (option, p)
-
-
-def _seconds(value: float) -> Optional[float]:
-    """A time limit in seconds: 0 or infinity is none (None). (click's range check refuses NaN.)"""
-    return None if value == 0 or math.isinf(value) else value
 
 
 def _as_text(renderables) -> str:

@@ -51,8 +51,8 @@ def can_bound() -> bool:
         and hasattr(os, "fork")
         and "onnxruntime" not in sys.modules
         and threading.active_count() == 1
-        and sys.stdout is sys.__stdout__
-        and sys.stderr is sys.__stderr__
+        and getattr(sys.stdout, "nafix_wrapped", sys.stdout) is sys.__stdout__
+        and getattr(sys.stderr, "nafix_wrapped", sys.stderr) is sys.__stderr__
     )
 
 
