@@ -6,8 +6,8 @@ folder or to the folder above it as in ``shared/reference/latency/published_time
 when present. Rows without a model file are skipped (counted in the summary). Each model is estimated
 with the core version of its row. No printing here: the CLI renders the rows.
 
-:func:`fit` refits the profile's fitted latency parameters (``fitted: true``) on such rows, by least
-squares on the log of the time ratio (Nelder-Mead in log space, numpy only); ``scripts/fit_latency.py``
+:func:`fit` refits the profile's fitted latency parameters (``fitted: true``) on such rows, by a robust (Huber)
+loss on the log of the time ratio (Nelder-Mead in log space, numpy only); ``scripts/fit_latency.py``
 runs it and writes the values back into the profile.
 """
 
@@ -52,7 +52,7 @@ class TimeRow:
     def as_dict(self) -> dict:
         err = self.error
         return {"model": self.name, "model_file": self.model_file, "core": self.core,
-                "published_ms": self.published_ms,
+                "published_ms": self.published_ms if math.isfinite(self.published_ms) else None,
                 "estimated_ms": None if self.estimated_ms is None else round(self.estimated_ms, 3),
                 "error": None if err is None else round(err, 4),
                 "within": err is not None and abs(err) <= WITHIN,
@@ -218,8 +218,17 @@ def recost(row: TimeRow, model, pools=None) -> float:
     return cost(row.work, where, model).ms
 
 
+#: Huber threshold on the log ratio: errors beyond about ±20 % count linearly, so that one model the cost
+#: model cannot explain (a lowering it does not know) does not drag every parameter towards it
+HUBER = 0.2
+
+
 def _loss(rows: list[TimeRow], model) -> float:
-    return float(sum(math.log(recost(r, model) / r.published_ms) ** 2 for r in rows))
+    total = 0.0
+    for r in rows:
+        e = abs(math.log(recost(r, model) / r.published_ms))
+        total += e * e if e <= HUBER else 2 * HUBER * e - HUBER * HUBER
+    return float(total)
 
 
 def fit(rows: list[TimeRow], model, names: list[str], *, starts: int = 6, iters: int = 400) -> tuple[dict, float]:

@@ -27,6 +27,13 @@ from fixer.npu.profile import load_profile  # noqa: E402
 PROFILE = ROOT / "fixer" / "npu" / "profiles" / "stm32n6.yaml"
 
 
+def _yaml_float(v: float) -> str:
+    """A float YAML 1.1 reads back as a float ('1e-07' would be a string there: '1.0e-07')."""
+    s = f"{v:.4g}"
+    mant, e, exp = s.partition("e")
+    return f"{mant if '.' in mant else mant + '.0'}{e}{exp}"
+
+
 def _summary(rows, model):
     for r in rows:
         r.estimated_ms = recost(r, model)
@@ -50,7 +57,7 @@ def main() -> int:
     fitted = model.with_values(values)
     for n in names:
         print(f"  {n} = {values[n]:.4g}  (was {model.v(n):.4g})")
-    print(f"loss (sum of squared log ratios) {loss:.4f}")
+    print(f"loss (Huber on log ratios) {loss:.4f}")
     print("all rows, fitted on all:", summary_line(_summary(rows, fitted)))
     if args.holdout:
         files = sorted({str(r.path.resolve()) for r in rows})
@@ -72,7 +79,7 @@ def main() -> int:
             if not pat.search(text):
                 print(f"error: {PROFILE} has no 'latency.{n}.value' line to write", file=sys.stderr)
                 return 1
-            text = pat.sub(lambda m: m.group(1) + f"{values[n]:.4g}", text, count=1)
+            text = pat.sub(lambda m: m.group(1) + _yaml_float(values[n]), text, count=1)
         PROFILE.write_text(text, encoding="utf-8")
         print(f"wrote {len(names)} values into {PROFILE.relative_to(ROOT)}")
     return 0
