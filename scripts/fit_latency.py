@@ -1,12 +1,12 @@
 """Refit the latency parameters marked ``fitted: true`` in the target profile on published times.
 
     python scripts/fit_latency.py [--times ../shared/reference/latency/published_times.csv] [--write]
-        [--holdout K]
+        [--holdout K] [--loo]
 
 Prints the fitted values, the calibrate summary with them, and the held-out figures: every K-th distinct
 model (K = 4 by default) is left out, the parameters are fitted on the rest and the left-out rows are
 estimated with them; ``--write`` stores the values fitted on all rows into fixer/npu/profiles/stm32n6.yaml
-(only the ``value:`` lines of the fitted parameters change).
+(only the ``value:`` lines of the fitted parameters change). ``--loo`` adds a leave-one-model-out check.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ def main() -> int:
     ap.add_argument("--times", default=str(ROOT.parent.parent / "shared/reference/latency/published_times.csv"))
     ap.add_argument("--write", action="store_true", help="write the fitted values into the built-in profile")
     ap.add_argument("--holdout", type=int, default=4, help="leave out every K-th distinct model (0: none)")
+    ap.add_argument("--loo", action="store_true", help="also leave-one-model-out: refit without each model, estimate it")
     args = ap.parse_args()
     if not Path(args.times).is_file():
         alt = ROOT.parent / "shared/reference/latency/published_times.csv"
@@ -71,6 +72,19 @@ def main() -> int:
         print("  held-out rows:", summary_line(_summary(test, m2)))
         for r in test:
             print(f"    {r.name[:60]}: published {r.published_ms:g} ms, estimated {r.estimated_ms:.2f} ms "
+                  f"({r.error:+.0%})")
+    if args.loo:
+        files = sorted({str(r.path.resolve()) for r in rows})
+        for f in files:
+            train = [r for r in rows if str(r.path.resolve()) != f]
+            test = [r for r in rows if str(r.path.resolve()) == f]
+            v3, _ = fit(train, model, names, starts=2)
+            m3 = model.with_values(v3)
+            for r in test:
+                r.estimated_ms = recost(r, m3)
+        print("leave-one-model-out:", summary_line(times_summary(rows)))
+        for r in rows:
+            print(f"    {r.name[:60]}: published {r.published_ms:g} ms, estimated without it {r.estimated_ms:.2f} ms "
                   f"({r.error:+.0%})")
     if args.write:
         text = PROFILE.read_text(encoding="utf-8")

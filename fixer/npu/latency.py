@@ -52,11 +52,16 @@ _MAC_OPS = SW_KINDS["macs"]
 
 
 def sw_kind(op: str) -> str:
-    base = op.split("(", 1)[0].strip()
-    for kind, ops in SW_KINDS.items():
-        if base in ops:
-            return kind
-    return "elementwise"
+    """The cost kind of a SW/hybrid epoch's op (``Op(float)`` as the reports name float kernels)."""
+    kind = _KIND_OF.get(op)
+    if kind is None:
+        base = op.split("(", 1)[0].strip()
+        kind = next((k for k, ops in SW_KINDS.items() if base in ops), "elementwise")
+        _KIND_OF[op] = kind
+    return kind
+
+
+_KIND_OF: dict[str, str] = {}
 
 
 @dataclass(frozen=True)
@@ -286,10 +291,13 @@ def epoch_work(view: GraphView, placement, estimate) -> list[EpochWork]:
     by_name = placement.by_name
     out: list[EpochWork] = []
     share: dict[str, int] = {}  # node -> HW epochs it is split over (wide kernels, extra epochs)
+    slices: dict[str, int] = {}  # node -> SW/hybrid epochs made of it (an activation MatMul: one per slice)
     for g in estimate.groups:
         if g.unit == HW:
             for n in g.nodes:
                 share[n] = share.get(n, 0) + 1
+        elif g.nodes:
+            slices[g.nodes[0]] = slices.get(g.nodes[0], 0) + 1
     for g in estimate.groups:
         members = [nodes[n] for n in g.nodes if n in nodes]
         if g.unit == HW:
@@ -341,7 +349,7 @@ def epoch_work(view: GraphView, placement, estimate) -> list[EpochWork]:
         if kind == "macs" and g.inserted:
             kind = "movement"  # an inserted Conv of a lowering moves data; its MACs are the node's (HW) work
         if kind == "macs" and members and members[0].op == "MatMul":
-            macs = macs / max(1, sum(1 for h in estimate.groups if h.nodes[:1] == g.nodes[:1] and h.unit != HW))
+            macs = macs / max(1, slices.get(g.nodes[0], 1))  # one SW Conv epoch per batch slice
         out.append(EpochWork(g.unit, macs=macs, elements=elems, kind=kind, kernel=kernel))
     return out
 
