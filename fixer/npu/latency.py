@@ -30,8 +30,8 @@ from typing import Any
 
 from .. import ir
 from ..errors import ProfileError
-from ..graph import MOVEMENT_OPS, QDQ_OPS, GraphView
-from .placement import FOLDED, HW, SW
+from ..graph import GraphView
+from .placement import HW
 
 HYBRID = "hybrid"
 
@@ -108,7 +108,8 @@ REQUIRED = ("npu_mhz", "mcu_mhz", "macs_per_cycle", "dw_macs_per_cycle", "eltwis
             "default_byte_width", "default_freq_ratio_external")
 _TAGS = ("DOC", "OBS", "3P", "INF", "FIT")
 
-_MODELS: dict[int, LatencyModel] = {}
+#: parsed latency sections, by id of the profile's section (the section is kept with it, so the id stays its own)
+_MODELS: dict[int, tuple[Any, LatencyModel]] = {}
 
 
 def latency_model(profile) -> LatencyModel | None:
@@ -116,12 +117,11 @@ def latency_model(profile) -> LatencyModel | None:
     data = getattr(profile, "latency", None)
     if not data:
         return None
-    key = id(data)
-    hit = _MODELS.get(key)
-    if hit is not None:
-        return hit
+    hit = _MODELS.get(id(data))
+    if hit is not None and hit[0] is data:
+        return hit[1]
     model = parse_latency(data, profile.path)
-    _MODELS[key] = model
+    _MODELS[id(data)] = (data, model)
     return model
 
 
@@ -184,7 +184,7 @@ class EpochWork:
 
 
 @dataclass(frozen=True)
-class Placement_:
+class MemoryRates:
     """Where bytes are read from: seconds per byte for activations and for weights."""
 
     act_s_per_byte: float
@@ -370,7 +370,7 @@ def _pool_s_per_byte(pool, model: LatencyModel, npu_hz: float) -> float:
     return 1.0 / bw
 
 
-def memory_placement(memory, pools, model: LatencyModel) -> Placement_:
+def memory_placement(memory, pools, model: LatencyModel) -> MemoryRates:
     """Seconds per byte of activations and of weights, weighted by where the memory estimate puts them."""
     npu_hz = model.npu_mhz * 1e6
     props = {}
@@ -396,10 +396,10 @@ def memory_placement(memory, pools, model: LatencyModel) -> Placement_:
         ext_spb = _pool_s_per_byte({"on_chip": False, "writable": True}, model, npu_hz)
         act_spb = (act + ext_spb * memory.unallocated_bytes) / (act_n + memory.unallocated_bytes)
     wts_spb = wts / wts_n if wts_n else onchip
-    return Placement_(act_spb, wts_spb)
+    return MemoryRates(act_spb, wts_spb)
 
 
-def cost(work: list[EpochWork], where: Placement_, model: LatencyModel) -> LatencyEstimate:
+def cost(work: list[EpochWork], where: MemoryRates, model: LatencyModel) -> LatencyEstimate:
     """Estimated ms per epoch and in total, from the epochs' work, where bytes sit, and the parameters."""
     npu_hz = model.npu_mhz * 1e6
     mcu_hz = model.mcu_mhz * 1e6
