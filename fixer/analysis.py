@@ -3,12 +3,14 @@ model-level findings (:func:`analyze_model`)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from . import ir
 from .graph import GraphView
 from .model_io import LoadedModel
 from .npu.estimate import estimate_epochs
+from .npu.latency import estimate_latency
 from .npu.memory import MemoryEstimate, estimate_memory
 from .npu.placement import Reason, place, quant_domain
 from .npu.profile import TargetProfile
@@ -29,6 +31,9 @@ def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: 
         placement = place(view, profile, domain=domain)
         estimate = estimate_epochs(view, placement, profile, domain=domain)
     memory = estimate_memory(view, placement, domain, pools)
+    latency = estimate_latency(view, placement, estimate, memory, profile, pools)
+    if latency is not None:
+        estimate = dataclasses.replace(estimate, latency=latency)
     findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
     return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)
 

@@ -664,15 +664,38 @@ def compile_cmd(
 
 @app.command("calibrate")
 def calibrate_cmd(
-    pairs_dir: Path = typer.Argument(..., help="A folder of pair folders, each with a model and its stedgeai report(s)."),
+    pairs_dir: Optional[Path] = typer.Argument(None, help="A folder of pair folders, each with a model and its stedgeai report(s)."),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or JSON."),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
+    times: Optional[Path] = typer.Option(
+        None, "--times", help="A CSV of published measured times (columns model_file, inference_ms, core_version), or "
+        "a folder holding published_times.csv: compare nafix's estimated time with them instead of the epochs."),
 ):
     """Compare nafix's estimate with real stedgeai reports: per report, the core version and options it
-    states, real vs estimated epochs, SW and hybrid epochs, and the SW/hybrid op names that differ."""
+    states, real vs estimated epochs, SW and hybrid epochs, and the SW/hybrid op names that differ.
+    With --times: estimated vs published inference time per model, and a summary line."""
     from .calibrate import calibrate, summary
+    from .errors import UsageError
     from .report import calibration_table
 
+    if times is not None:
+        from .latency_calibration import calibrate_times, times_summary, times_table
+
+        if pairs_dir is not None:
+            _fail(UsageError("give either a pairs folder or --times FILE.csv, not both."))
+        try:
+            trows = calibrate_times(times / "published_times.csv" if times.is_dir() else times,
+                                    target_profile=target_profile)
+        except NafixError as exc:
+            _fail(exc)
+        if fmt == OutFormat.json:
+            _stdout(json.dumps({"estimated": True, "summary": times_summary(trows),
+                                "rows": [r.as_dict() for r in trows]}, indent=2) + "\n")
+        else:
+            _stdout(times_table(trows))
+        return
+    if pairs_dir is None:
+        _fail(UsageError("give a folder of (model, report) pairs, or --times FILE.csv."))
     try:
         rows = calibrate(pairs_dir, target_profile=target_profile)
     except NafixError as exc:

@@ -61,7 +61,9 @@ def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
         **_import_dict(a.loaded),
         "oe_export": a.placement.oe_export,
         "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes,
-                    **({"reported_as": g.reported_as} if g.unit != "HW" else {})} for g in a.estimate.groups],
+                    **({"reported_as": g.reported_as} if g.unit != "HW" else {}),
+                    **({"ms": a.estimate.latency.epoch_ms[i]} if a.estimate.latency is not None else {})}
+                   for i, g in enumerate(a.estimate.groups)],
     }
 
 

@@ -180,7 +180,8 @@ def test_float_kernels_are_named_per_core():
 
 def test_estimate_json_fields():
     e = analyze(dilated(2), prof=core("4.0")).estimate.as_dict()
-    assert set(e) == {"epochs", "sw_epochs", "hybrid_epochs", "hw_epochs", "hw_ratio", "sw_ops", "hybrid_ops", "core"}
+    assert set(e) == {"epochs", "sw_epochs", "hybrid_epochs", "hw_epochs", "hw_ratio", "sw_ops", "hybrid_ops", "core",
+                      "latency_ms", "latency"}  # the estimated time (tests/test_latency.py)
     assert e["core"] == "4.0" and e["hybrid_ops"] == {"DepthToSpace": 1, "SpaceToDepth": 1}
     assert e["epochs"] == e["sw_epochs"] + e["hybrid_epochs"] + e["hw_epochs"]
     assert e["hw_ratio"] == 1.0  # hybrid epochs count as offloaded, as the reports count them

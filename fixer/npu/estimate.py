@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 from .. import ir
@@ -47,6 +48,9 @@ from .. import ir
 from ..graph import MOVEMENT_OPS, GraphView
 from .placement import FOLDED, HW, SW, Placement
 from .profile import TargetProfile
+
+if TYPE_CHECKING:
+    from .latency import LatencyEstimate
 
 
 HYBRID = "hybrid"
@@ -70,6 +74,12 @@ class EpochEstimate:
     groups: tuple[Epoch, ...]
     hybrid_epochs: int = 0
     core: str = ""
+    latency: "LatencyEstimate | None" = None  # estimated time (fixer.npu.latency), set by the analysis
+
+    @property
+    def latency_ms(self) -> float | None:
+        """Estimated ms per inference (nafix's cost model), None when not estimated."""
+        return None if self.latency is None else self.latency.ms
 
     @property
     def hw_epochs(self) -> int:
@@ -98,6 +108,8 @@ class EpochEstimate:
             "sw_ops": dict(sorted(self.sw_ops.items())),
             "hybrid_ops": dict(sorted(self.hybrid_ops.items())),
             "core": self.core,
+            **({} if self.latency is None else {"latency_ms": round(self.latency.ms, 3),
+                                                 "latency": self.latency.as_dict()}),
         }
 
 

@@ -93,6 +93,7 @@ class TargetProfile:
     cores: tuple["CoreFacts", ...] = ()
     lowerings: Mapping[str, "Lowering"] = field(default_factory=dict)
     base_limits: Mapping[str, Limit] | None = None  # the limits before a core's own values were applied
+    latency: Mapping[str, Any] = field(default_factory=dict)  # the cost model's data (fixer.npu.latency)
 
     def option_value(self, name: str) -> str | None:
         """The value given to a stedgeai option that takes one (``--input-data-type float32`` ->
@@ -288,6 +289,7 @@ def parse_profile(data: Any, path: str, *, options: frozenset[str] = frozenset()
         core=default_core,
         cores=cores,
         lowerings=lowerings,
+        latency=data.get("latency") or {},
     )
 
 
