@@ -689,7 +689,7 @@ def calibrate_cmd(
         except NafixError as exc:
             _fail(exc)
         if fmt == OutFormat.json:
-            _stdout(json.dumps({"estimated": True, "summary": times_summary(trows),
+            _stdout(escape.json_text({"estimated": True, "summary": times_summary(trows),
                                 "rows": [r.as_dict() for r in trows]}, indent=2) + "\n")
         else:
             _stdout(times_table(trows))

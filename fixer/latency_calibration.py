@@ -59,14 +59,33 @@ class TimeRow:
                 "epochs": self.epochs, "sw_epochs": self.sw_epochs, "status": self.status, "note": self.note}
 
 
+def _inside(base: Path, name: str) -> Path | None:
+    """``base / name`` when it is a regular file that resolves inside ``base`` (a CSV row names a file
+    beside the CSV or in the folders above it, never an absolute path or one that leaves them), else None."""
+    from .fsutil import is_regular
+
+    if Path(name).is_absolute():
+        return None
+    p = base / name
+    try:
+        if not p.resolve().is_relative_to(base.resolve()):
+            return None
+    except (OSError, RuntimeError, ValueError):  # a symlink loop, a NUL byte
+        return None
+    return p if is_regular(p) else None
+
+
 def read_times(csv_path: str | Path) -> list[TimeRow]:
     """The rows of a published-times CSV (see the module docstring)."""
+    import io
+
+    from .fsutil import read_text
+
     path = Path(csv_path)
-    if not path.is_file():
-        raise InputError(f"{path}: the published-times CSV does not exist (or is not a file).")
     try:
-        with path.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.DictReader(f))
+        rows = list(csv.DictReader(io.StringIO(read_text(path))))  # a regular file only: a FIFO never blocks
+    except FileNotFoundError:
+        raise InputError(f"{path}: the published-times CSV does not exist.") from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise InputError(f"{path}: the published-times CSV cannot be read ({exc}).") from None
     if rows and ("inference_ms" not in rows[0] or "model_file" not in rows[0]):
@@ -87,8 +106,8 @@ def read_times(csv_path: str | Path) -> list[TimeRow]:
             continue
         if row.model_file:
             for base in (path.parent, path.parent.parent, path.parent.parent.parent):
-                p = base / row.model_file
-                if p.is_file():
+                p = _inside(base, row.model_file)
+                if p is not None:
                     row.path = p
                     break
         if row.path is None:
@@ -191,14 +210,17 @@ def summary_line(s: dict) -> str:
 
 def times_table(rows: list[TimeRow]) -> str:
     """A Markdown table of the rows with a model file, then the summary line."""
+    from .escape import markdown
+
     lines = ["| model | core | epochs (SW) | published ms | estimated ms | error |", "|---|---|---:|---:|---:|---:|"]
     for r in rows:
         if r.path is None:
             continue
+        name, core = markdown(r.name), markdown(r.core or "-")  # both come from the CSV
         if r.estimated_ms is None:
-            lines.append(f"| {r.name} | {r.core or '-'} | - | {r.published_ms:g} | {r.status}: {r.note[:60]} | - |")
+            lines.append(f"| {name} | {core} | - | {r.published_ms:g} | {r.status}: {markdown(r.note[:60])} | - |")
             continue
-        lines.append(f"| {r.name} | {r.core or '-'} | {r.epochs} ({r.sw_epochs}) | {r.published_ms:g} | "
+        lines.append(f"| {name} | {core} | {r.epochs} ({r.sw_epochs}) | {r.published_ms:g} | "
                      f"{r.estimated_ms:.2f} | {r.error:+.0%} |")
     lines += ["", summary_line(times_summary(rows))]
     return "\n".join(lines) + "\n"

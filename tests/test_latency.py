@@ -191,3 +191,25 @@ def test_calibrate_times_on_the_visible_published_set():
     assert s["within_25pct_share"] >= 0.80, s
     assert s["median_abs_error"] <= 0.15, s
     assert s["spearman"] >= 0.9, s
+
+
+def test_a_times_csv_names_files_only_beside_it(tmp_path):
+    """A row's model_file is looked for beside the CSV and in the folders above it, never at an absolute
+    path or through '..' out of them (a CSV is data someone else published); a FIFO is never read."""
+    import os
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    save(conv_chain(16), outside / "secret.onnx")
+    inner = tmp_path / "a" / "b" / "c"
+    inner.mkdir(parents=True)
+    save(conv_chain(16), inner / "ok.onnx")
+    os.mkfifo(inner / "fifo.onnx")
+    csv = inner / "times.csv"
+    csv.write_text("model_file,inference_ms\n"
+                   f"{outside / 'secret.onnx'},1.0\n"
+                   "../../../outside/secret.onnx,1.0\n"
+                   "fifo.onnx,1.0\n"
+                   "ok.onnx,1.0\n", encoding="utf-8")
+    rows = calibrate_times(csv)
+    assert [r.status for r in rows] == ["no model", "no model", "no model", "ok"]
