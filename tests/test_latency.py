@@ -208,7 +208,7 @@ def test_a_times_csv_names_files_only_beside_it(tmp_path):
     csv = inner / "times.csv"
     csv.write_text("model_file,inference_ms\n"
                    f"{outside / 'secret.onnx'},1.0\n"
-                   "../../../outside/secret.onnx,1.0\n"
+                   "../../outside/secret.onnx,1.0\n"  # from a/b it is tmp_path/outside/secret.onnx
                    "fifo.onnx,1.0\n"
                    "ok.onnx,1.0\n", encoding="utf-8")
     rows = calibrate_times(csv)
