@@ -245,8 +245,12 @@ def run_engine(
                 cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True)
         elif att.changes:
             cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=False)
+        advisable = _advisable(placement, est)
         for rule, node, reason in att.near:
-            _near(result, seen_near, rule, node, reason)
+            # advice follows the estimate: a near-miss only where the node has SW or hybrid epochs, or for
+            # a rule that fixes a board hang or a compile error (a stride-2 depthwise Conv on HW)
+            if node.name in advisable or rule.id in exempt:
+                _near(result, seen_near, rule, node, reason)
         result.rounds = rnd
         if on_round:
             on_round(rnd, len(att.changes))
@@ -269,6 +273,17 @@ def run_engine(
         last[(ch.kind, ch.name)] = ch
     result.io_changes = list(last.values())
     return result
+
+
+def _advisable(placement, est: EpochEstimate | None) -> set[str]:
+    """The nodes a rule's advice may name: the SW nodes of ``placement`` and, with its estimate, the
+    HW nodes the compiler lowers with SW or hybrid epochs of its own (a dilated Conv's SpaceToDepth
+    and DepthToSpace). A node whose epochs are all HW (a Resize that already runs on the NPU, a
+    Conv with only a performance note) is not one."""
+    names = {n.name for n in placement.nodes if n.unit == "SW"}
+    if est is not None:
+        names.update(g.nodes[0] for g in est.groups if g.unit != "HW" and g.nodes)
+    return names
 
 
 def _commit_candidate(att: _Attempt, current: onnx.ModelProto, profile: TargetProfile, *, guard: bool):

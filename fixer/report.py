@@ -230,8 +230,9 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         out.append("SW op types costing the most estimated epochs: "
                    + ", ".join(f"{o['op_type']} {o['sw_epochs']} epochs in {o['models']} model(s)" for o in top) + ".")
     for r in s["rules"][:5]:
+        epochs = f", {r['epochs']} estimated SW/hybrid epochs" if r.get("epochs") is not None else ""
         out.append(f"{r['rule']} {r['name']} addresses SW nodes or findings in {r['models']} model(s) "
-                   f"({r['sw_nodes']} SW nodes): run `{r['command']}`.")
+                   f"({r['sw_nodes']} SW nodes{epochs}): run `{r['command']}`.")
     return out
 
 
