@@ -198,6 +198,7 @@ def grouped_row_reasons(row: dict[str, Any], *, notes: bool = False) -> list[Rea
             groups.setdefault(("note", ((n["requirement"], n["tag"]),)), []).append(
                 ((n["name"], n["op_type"], n["detail"]), 1))
     else:
+        owner = {i: n["name"] for n in row.get("sw_nodes") or [] for i in n.get("epochs") or []}
         for n in row.get("sw_nodes") or []:
             why = n.get("why") or [{"requirement": r, "tag": "", "detail": r} for r in n.get("reasons") or []]
             if not why:
@@ -209,7 +210,8 @@ def grouped_row_reasons(row: dict[str, Any], *, notes: bool = False) -> list[Rea
                 k = _entry_epochs(n, unit)
                 more = ""
                 if "in_epoch" in n and not k:
-                    more = f" (runs in estimated epoch {n['in_epoch']}, counted with '{n['from_nodes'][0]}')"
+                    host = owner.get(n["in_epoch"])
+                    more = f" (runs in estimated epoch {n['in_epoch']}" + (f", counted with '{host}')" if host else ")")
                 elif k != 1:
                     more = f" ({k} estimated epochs)"
                 groups.setdefault((unit, reqs), []).append(((n["name"], n["op_type"], detail + more), k))
