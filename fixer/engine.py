@@ -248,8 +248,8 @@ def run_engine(
         advisable = _advisable(placement, est)
         for rule, node, reason in att.near:
             # advice follows the estimate: a near-miss only where the node has SW or hybrid epochs, or for
-            # a rule that fixes a board hang or a compile error (a stride-2 depthwise Conv on HW)
-            if node.name in advisable or rule.id in exempt:
+            # a rule that is not about SW epochs (a board hang, a compile error, a performance note)
+            if node.name in advisable or not addresses_sw_epochs(rule):
                 _near(result, seen_near, rule, node, reason)
         result.rounds = rnd
         if on_round:
@@ -273,6 +273,16 @@ def run_engine(
         last[(ch.kind, ch.name)] = ch
     result.io_changes = list(last.values())
     return result
+
+
+def addresses_sw_epochs(rule: Rule) -> bool:
+    """The rule fixes SW (or hybrid) epochs: some constraint it fixes puts a node in SW (an ``sw_op``,
+    a graph-edge conversion, a requirement of severity ``sw``). The others fix a board hang, a compile
+    error or a performance note of a node that runs on the NPU (NAF002, NAF008, NAF009, NAF011,
+    NAF014, NAF015), so they may name a HW node."""
+    from .npu.constraints import REGISTRY
+
+    return any(f not in REGISTRY or REGISTRY[f].severity == "sw" for f in rule.fixes)
 
 
 def _advisable(placement, est: EpochEstimate | None) -> set[str]:
