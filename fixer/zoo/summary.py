@@ -31,8 +31,7 @@ def _entry_keys(row: dict[str, Any], n: dict[str, Any]) -> set[str]:
     constraints and ``sw_op:OP``; an op the compiler inserts when lowering a node (no graph node of
     its own: a DepthToSpace of a nearest Resize is not one NAF010 could rewrite) gives its lowering
     and the notes on the node it lowers (a dilated Conv's ``conv_dilation``: its SpaceToDepth and
-    DepthToSpace epochs are what NAF015 removes). An entry with no estimated epoch of its own still
-    runs inside a SW epoch it shares (the float prologue of a graph input)."""
+    DepthToSpace epochs are what NAF015 removes)."""
     keys = set(n.get("constraints") or [])
     if any(c.startswith("lowering") for c in keys):
         origin = set(n.get("from_nodes") or [])
@@ -44,8 +43,8 @@ def _entry_keys(row: dict[str, Any], n: dict[str, Any]) -> set[str]:
 
 
 def _entry_epochs(n: dict[str, Any]) -> set:
-    """The estimated SW and hybrid epochs an entry's fix addresses: its own, or the one it runs in
-    (a report without the lists: one of its own)."""
+    """The estimated SW and hybrid epochs an entry's fix addresses: its own, or the SW epoch it runs in
+    (a graph-input conversion inside the float prologue's epoch); a report without the lists: one."""
     if "epochs" not in n:
         return {n["name"]}
     return set(n.get("epochs") or []) | ({n["in_epoch"]} if n.get("in_epoch") is not None else set())
