@@ -257,8 +257,12 @@ def run_engine(
                 cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True)
         elif att.changes:
             cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=False)
+        advisable = _advisable(placement, est)
         for rule, node, reason in att.near:
-            _near(result, seen_near, rule, node, reason)
+            # advice follows the estimate: a near-miss only where the node has SW or hybrid epochs, or for
+            # a rule that is not about SW epochs (a board hang, a compile error, a performance note)
+            if node.name in advisable or not addresses_sw_epochs(rule):
+                _near(result, seen_near, rule, node, reason)
         result.rounds = rnd
         if on_round:
             on_round(rnd, len(att.changes))
@@ -281,6 +285,27 @@ def run_engine(
         last[(ch.kind, ch.name)] = ch
     result.io_changes = list(last.values())
     return result
+
+
+def addresses_sw_epochs(rule: Rule) -> bool:
+    """The rule fixes SW (or hybrid) epochs: some constraint it fixes puts a node in SW (an ``sw_op``,
+    a graph-edge conversion, a requirement of severity ``sw``). The others fix a board hang, a compile
+    error or a performance note of a node that runs on the NPU (NAF002, NAF008, NAF009, NAF011,
+    NAF014, NAF015), so they may name a HW node."""
+    from .npu.constraints import REGISTRY
+
+    return any(f not in REGISTRY or REGISTRY[f].severity == "sw" for f in rule.fixes)
+
+
+def _advisable(placement, est: EpochEstimate | None) -> set[str]:
+    """The nodes a rule's advice may name: the SW nodes of ``placement`` and, with its estimate, the
+    HW nodes the compiler lowers with SW or hybrid epochs of its own (a dilated Conv's SpaceToDepth
+    and DepthToSpace). A node whose epochs are all HW (a Resize that already runs on the NPU, a
+    Conv with only a performance note) is not one."""
+    names = {n.name for n in placement.nodes if n.unit == "SW"}
+    if est is not None:
+        names.update(g.nodes[0] for g in est.groups if g.unit != "HW" and g.nodes)
+    return names
 
 
 def _commit_candidate(att: _Attempt, current: onnx.ModelProto, profile: TargetProfile, *, guard: bool):

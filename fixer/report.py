@@ -3,9 +3,8 @@ strings or rich renderables; the CLI decides where they go."""
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import __version__, escape
 from .results import AuditResult, FixResult, ModelAnalysis
@@ -134,10 +133,10 @@ def audit_markdown(report: dict[str, Any]) -> str:
         lines += ["", f"## {_md(_name(m))}", ""]
         sw = m["sw_nodes"]
         if sw:
-            lines += ["| node | op | why it runs in SW |", "|---|---|---|"]
+            lines += ["| node | op | est. epochs | why it runs in SW |", "|---|---|---|---|"]
             for n in sw:
                 why = "<br>".join(_md(r) for r in n["reasons"])
-                lines.append(f"| {_mdc(n['name'])} | {_md(n['op_type'])} | {why} |")
+                lines.append(f"| {_mdc(n['name'])} | {_md(n['op_type'])} | {_epochs_cell(n)} | {why} |")
         else:
             lines.append("No SW node predicted.")
         for r in m["findings"]:
@@ -165,6 +164,14 @@ def _mdc(s: Any) -> str:
     return escape.markdown_code(s, table=True)
 
 
+def _epochs_cell(n: dict[str, Any]) -> str:
+    """A SW-node row's estimated epochs: "2 SW", "1 hybrid", "1 SW + 1 hybrid", or the epoch it runs in."""
+    parts = [f"{_entry_epochs(n, u)} {u}" for u in ("SW", "hybrid") if _entry_epochs(n, u)]
+    if parts:
+        return " + ".join(parts)
+    return f"0 (in epoch {n['in_epoch']})" if "in_epoch" in n else "0"
+
+
 def model_summary_line(path_name: str, a: ModelAnalysis) -> str:
     return row_summary_line(path_name, {"estimate": a.estimate.as_dict(), "memory": a.memory.as_dict()})
 
@@ -178,17 +185,56 @@ def row_summary_line(path_name: str, row: dict[str, Any]) -> str:
             f"weights {kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} ({fit})")
 
 
-def grouped_row_reasons(row: dict[str, Any], *, notes: bool = False) -> list[tuple[str, str, str, list[tuple[str, str, str]]]]:
-    """SW/hybrid epochs (or notes) of a report row grouped by unit and requirement:
-    [(unit, requirement, tag, [(node, op, detail), ...])]; the unit is "note" for notes."""
-    groups: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+class ReasonGroup(NamedTuple):
+    """SW (or hybrid) epochs of one report row that fail the same requirement(s), or notes."""
+
+    unit: str  # SW | hybrid | note
+    requirement: str  # the first failing requirement of its nodes
+    tag: str
+    items: list[tuple[str, str, str]]  # (node, op, detail): one per node
+    epochs: int  # estimated epochs of its nodes (notes: how many)
+    more: tuple[tuple[str, str], ...] = ()  # (requirement, tag) its nodes also fail
+
+
+def _entry_epochs(n: dict[str, Any], unit: str) -> int:
+    """The estimated epochs of unit ``unit`` a row's SW-node entry accounts for (a report without the
+    counts: one of its own unit)."""
+    key = "sw_epochs" if unit == "SW" else "hybrid_epochs"
+    if key in n:
+        return int(n[key])
+    return 1 if (n.get("unit") or "SW") == unit else 0
+
+
+def grouped_row_reasons(row: dict[str, Any], *, notes: bool = False) -> list[ReasonGroup]:
+    """SW/hybrid epochs (or notes) of a report row grouped by unit and the requirements their nodes
+    fail: each node is in one group per unit, with all its failing requirements, so the groups
+    partition the row's SW and hybrid epochs (a node making two epochs counts two, one run inside
+    another node's epoch counts none, and the sums equal the estimate's totals)."""
+    groups: dict[tuple, list] = {}
     if notes:
-        items = [(n, n, "note") for n in row.get("notes") or []]
+        for n in row.get("notes") or []:
+            groups.setdefault(("note", ((n["requirement"], n["tag"]),)), []).append(
+                ((n["name"], n["op_type"], n["detail"]), 1))
     else:
-        items = [(n, w, n.get("unit") or "SW") for n in row.get("sw_nodes") or [] for w in n.get("why") or []]
-    for n, r, unit in items:
-        groups.setdefault((unit, r["requirement"], r["tag"]), []).append((n["name"], n["op_type"], r["detail"]))
-    return [(unit, req, tag, its) for (unit, req, tag), its in groups.items()]
+        owner = {i: n["name"] for n in row.get("sw_nodes") or [] for i in n.get("epochs") or []}
+        for n in row.get("sw_nodes") or []:
+            why = n.get("why") or [{"requirement": r, "tag": "", "detail": r} for r in n.get("reasons") or []]
+            if not why:
+                continue
+            reqs = tuple(dict.fromkeys((w["requirement"], w["tag"]) for w in why))
+            detail = "; ".join(w["detail"] for w in why)
+            units = [u for u in ("SW", "hybrid") if _entry_epochs(n, u)] or [n.get("unit") or "SW"]
+            for unit in units:
+                k = _entry_epochs(n, unit)
+                more = ""
+                if "in_epoch" in n and not k:
+                    host = owner.get(n["in_epoch"])
+                    more = f" (runs in estimated epoch {n['in_epoch']}" + (f", counted with '{host}')" if host else ")")
+                elif k != 1:
+                    more = f" ({k} estimated epochs)"
+                groups.setdefault((unit, reqs), []).append(((n["name"], n["op_type"], detail + more), k))
+    return [ReasonGroup(unit, reqs[0][0], reqs[0][1], [i for i, _ in its], sum(k for _, k in its), reqs[1:])
+            for (unit, reqs), its in groups.items()]
 
 
 def summary_lines(s: dict[str, Any]) -> list[str]:
@@ -204,8 +250,9 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         out.append("SW op types costing the most estimated epochs: "
                    + ", ".join(f"{o['op_type']} {o['sw_epochs']} epochs in {o['models']} model(s)" for o in top) + ".")
     for r in s["rules"][:5]:
+        epochs = f", {r['epochs']} estimated SW/hybrid epochs" if r.get("epochs") is not None else ""
         out.append(f"{r['rule']} {r['name']} addresses SW nodes or findings in {r['models']} model(s) "
-                   f"({r['sw_nodes']} SW nodes): run `{r['command']}`.")
+                   f"({r['sw_nodes']} SW nodes{epochs}): run `{r['command']}`.")
     return out
 
 
@@ -235,8 +282,11 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
             continue
         out.append(_t(""))
         out.append(_t(row_summary_line(_name(m), m), style="bold"))
-        for unit, req, tag, items in grouped_row_reasons(m):
-            out.append(_t(f"  {unit} x{len(items)}: {req} [{tag}]", style="yellow"))
+        for grp in grouped_row_reasons(m):
+            unit, req, tag, items = grp[:4]
+            out.append(_t(f"  {unit} x{grp.epochs}: {req} [{tag}]", style="yellow"))
+            for also, also_tag in grp.more:
+                out.append(_t(f"    and: {also} [{also_tag}]", style="yellow"))
             shown = items if verbose else items[:6]
             for name, op, detail in shown:
                 out.append(_t(f"      {detail}"))
@@ -247,7 +297,7 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
             label = {"compile_error": "COMPILE ERROR", "hang": "BOARD HANG", "note": "NOTE"}.get(r["severity"], r["severity"])
             out.append(_t(f"  {label}: {r['requirement']} ({r['detail']}) [{r['tag']}]", style=style))
         if verbose:
-            for _, req, tag, items in grouped_row_reasons(m, notes=True):
+            for _, req, tag, items, *_ in grouped_row_reasons(m, notes=True):
                 out.append(_t(f"  note x{len(items)}: {req} [{tag}]", style="dim"))
                 for name, op, detail in items:
                     out.append(_t(f"      {detail}", style="dim"))
@@ -577,11 +627,14 @@ def fix_renderables(result, *, verbose: bool = False):
     row = analysis_dict(final)
     sw = row["sw_nodes"]
     if sw:
-        units = Counter(n["unit"] for n in sw)
-        out.append(_t(f"SW and hybrid epochs that remain ({units.get('SW', 0)} SW, {units.get('hybrid', 0)} hybrid; "
+        e = row["estimate"]
+        out.append(_t(f"SW and hybrid epochs that remain ({e['sw_epochs']} SW, {e['hybrid_epochs']} hybrid; "
                         "estimated):", style="bold yellow"))
-        for unit, req, tag, items in grouped_row_reasons(row):
-            out.append(_t(f"  {unit} x{len(items)}: {req} [{tag}]", style="yellow"))
+        for grp in grouped_row_reasons(row):
+            unit, req, tag, items = grp[:4]
+            out.append(_t(f"  {unit} x{grp.epochs}: {req} [{tag}]", style="yellow"))
+            for also, also_tag in grp.more:
+                out.append(_t(f"    and: {also} [{also_tag}]", style="yellow"))
             for name, op, detail in (items if verbose else items[:6]):
                 out.append(_t(f"      {detail}"))
             if not verbose and len(items) > 6:

@@ -37,20 +37,44 @@ class ModelAnalysis:
         return replace(self, view=None, loaded=replace(self.loaded, model=None))
 
     def sw_nodes(self) -> list[dict]:
-        """One entry per SW node, and one per SW/hybrid epoch the compiler inserts when lowering a node:
-        ``from_nodes`` names the model node(s) of its epoch(s), ``reported_as`` the name(s) the report
-        prints, ``unit`` SW or hybrid (per core version)."""
-        by_node: dict[str, list] = {}
+        """The estimate's SW and hybrid epochs, by model node: one entry per SW node, and one per op the
+        compiler inserts (its lowering) into a HW node. It is the one account the header totals, the
+        per-node rows and the grouped reasons are all read from: every SW/hybrid epoch of the estimate
+        belongs to exactly one entry, the one of the node it came from (the epoch's first node).
+        ``epochs`` lists the indices of an entry's epochs, ``sw_epochs``/``hybrid_epochs`` count them: a
+        node that makes several epochs (a MatMul with one Conv per head, a re-quantize per reader) counts
+        each, a SW node run inside the SW epoch of another (the float prologue of a graph input) counts
+        none and names that epoch in ``in_epoch``. ``from_nodes`` names the model node(s) of its
+        epoch(s), ``reported_as`` the name(s) the report prints, ``unit`` SW or hybrid (per core
+        version: the unit of its first epoch)."""
+        own: dict[str, list] = {}  # SW node -> the SW/hybrid epochs it accounts for
+        inside: dict[str, object] = {}  # SW node -> the epoch of another node it runs in
+        inserted: dict[tuple[str, str], list] = {}  # (HW node, inserted op) -> its epochs
+        by_name = self.placement.by_name
         for g in self.estimate.groups:
             if g.unit == "HW":
                 continue
-            for name in g.nodes[:1] if g.inserted else g.nodes:
-                by_node.setdefault(name, []).append(g)
+            first = g.nodes[0]
+            p = by_name.get(first)
+            if p is not None and p.unit == SW:
+                own.setdefault(first, []).append(g)
+            else:
+                inserted.setdefault((first, g.reported_as), []).append(g)
+            if not g.inserted:
+                for other in g.nodes[1:]:
+                    inside.setdefault(other, g)
+
+        def counts(gs_) -> dict:
+            return {"epochs": [g.index for g in gs_],
+                    "sw_epochs": sum(1 for g in gs_ if g.unit == SW),
+                    "hybrid_epochs": sum(1 for g in gs_ if g.unit != SW)}
+
         out = []
         for n in self.placement.nodes:
             if n.unit != SW:
                 continue
-            gs_ = by_node.get(n.name, [])  # its own epochs, or the ones its lowering made (nearest Resize)
+            gs_ = own.get(n.name, [])  # its own epochs, or the ones its lowering made (nearest Resize)
+            host = inside.get(n.name) if not gs_ else None
             out.append({
                 "name": n.name,
                 "op_type": n.op_type,
@@ -59,30 +83,30 @@ class ModelAnalysis:
                 "reasons": [r.text() for r in n.reasons],
                 "constraints": [r.constraint for r in n.reasons],
                 "tags": sorted({r.tag for r in n.reasons}),
-                "unit": gs_[0].unit if gs_ else SW,
+                "unit": gs_[0].unit if gs_ else (host.unit if host is not None else SW),
                 "reported_as": [g.reported_as for g in gs_],
-                "from_nodes": sorted({m for g in gs_ for m in g.nodes}) or [n.name],
+                "from_nodes": sorted({m for g in (gs_ or ([host] if host is not None else [])) for m in g.nodes})
+                or [n.name],
+                **counts(gs_),
+                **({"in_epoch": host.index} if host is not None else {}),
             })
         lows = self.profile.lowerings
-        for g in self.estimate.groups:
-            if not g.inserted or g.unit == "HW":
-                continue
-            node = g.nodes[0]
-            if self.placement.by_name[node].unit == SW:
-                continue  # listed with the SW node itself
+        for (node, op), gs_ in inserted.items():
+            g = gs_[0]
             low = lows.get(g.lowering)
             out.append({
-                "name": f"{node}/{g.reported_as}",
-                "op_type": g.reported_as,
+                "name": f"{node}/{op}",
+                "op_type": op,
                 "kernel": None,
                 "role": "inserted by stedgeai when lowering the node",
-                "reasons": [f"stedgeai lowers '{node}' with an inserted {g.reported_as} epoch ({low.source.strip() if low else ''}) "
+                "reasons": [f"stedgeai lowers '{node}' with an inserted {op} epoch ({low.source.strip() if low else ''}) "
                             f"[{low.tag if low else 'INF'}]"],
                 "constraints": [f"lowering:{low.name}" if low else "lowering"],
                 "tags": [low.tag if low else "INF"],
                 "unit": g.unit,
-                "reported_as": [g.reported_as],
+                "reported_as": [x.reported_as for x in gs_],
                 "from_nodes": [node],
+                **counts(gs_),
             })
         return out
 

@@ -87,7 +87,7 @@ def test_markdown_format(capsys):
     assert out.startswith("# nafix audit (profile stm32n6)")
     assert "| `classifier_softmax.onnx` | 9 | 3 | 66.7% |" in out
     assert "## classifier_softmax.onnx" in out
-    assert "| `softmax` | Softmax | Softmax runs in SW unless stedgeai is given --expand-softmax" in out
+    assert "| `softmax` | Softmax | 1 SW | Softmax runs in SW unless stedgeai is given --expand-softmax" in out
 
 
 def test_table_format(capsys):

@@ -127,5 +127,9 @@ def test_mobilefacenet_gdconv_lowering():
     assert a.placement.by_name[name].unit == "HW"
     inserted = [g.reported_as for g in a.estimate.groups if g.inserted and g.nodes == [name]]
     assert inserted == ["DequantizeLinear", "Conv", "Cast"] * 3
+    # one entry per inserted op, counting its 3 bands' epochs (the audit's groups add up to the header)
     entries = [e for e in a.sw_nodes() if e["from_nodes"] == [name]]
-    assert [e["op_type"] for e in entries] == inserted and all(e["unit"] == "SW" for e in entries)
+    assert [e["op_type"] for e in entries] == ["DequantizeLinear", "Conv", "Cast"]
+    assert all(e["unit"] == "SW" and e["sw_epochs"] == 3 and e["hybrid_epochs"] == 0 for e in entries)
+    assert sorted(i for e in entries for i in e["epochs"]) == sorted(
+        g.index for g in a.estimate.groups if g.inserted and g.nodes == [name])

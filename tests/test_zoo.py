@@ -294,7 +294,7 @@ def test_zoo_summary_counts_op_types_ratios_and_rules(zoo, capsys):
     total = sum(o["sw_epochs"] for o in s["sw_op_types"] if not o["op_type"].endswith("(hybrid)"))
     assert total == sum(r["estimate"]["sw_epochs"] for r in ok)
     naf012 = next(r for r in s["rules"] if r["rule"] == "NAF012")  # drop-trailing-softmax (opt-in)
-    assert naf012["opt_in"] and naf012["command"] == "nafix MODEL --select NAF012"
+    assert naf012["opt_in"] and naf012["command"] == "nafix MODEL --extend-select NAF012"  # keeps the default rules
     code, out, _ = run(["audit", zoo], capsys)
     assert "zoo summary (estimated):" in out and "5 of 6 models audited, 1 failed" in out
     assert "NAF012" in out

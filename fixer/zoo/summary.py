@@ -26,11 +26,34 @@ def sw_epochs_by_op(row: dict[str, Any]) -> Counter:
     return c
 
 
+def _entry_keys(row: dict[str, Any], n: dict[str, Any]) -> set[str]:
+    """The constraints a rule can fix on one SW-node entry of a row. A graph node's: its failing
+    constraints and ``sw_op:OP``; an op the compiler inserts when lowering a node (no graph node of
+    its own: a DepthToSpace of a nearest Resize is not one NAF010 could rewrite) gives its lowering
+    and the notes on the node it lowers (a dilated Conv's ``conv_dilation``: its SpaceToDepth and
+    DepthToSpace epochs are what NAF015 removes)."""
+    keys = set(n.get("constraints") or [])
+    if any(c.startswith("lowering") for c in keys):
+        origin = set(n.get("from_nodes") or [])
+        keys.update(x.get("constraint") for x in row.get("notes") or []
+                    if x.get("name") in origin and x.get("constraint") and x.get("severity") == "note")
+    else:
+        keys.add(f"sw_op:{n['op_type']}")
+    return keys
+
+
+def _entry_epochs(n: dict[str, Any]) -> set:
+    """The estimated SW and hybrid epochs an entry's fix addresses: its own, or the SW epoch it runs in
+    (a graph-input conversion inside the float prologue's epoch); a report without the lists: one."""
+    if "epochs" not in n:
+        return {n["name"]}
+    return set(n.get("epochs") or []) | ({n["in_epoch"]} if n.get("in_epoch") is not None else set())
+
+
 def _row_constraints(row: dict[str, Any]) -> set[str]:
     keys: set[str] = set()
     for n in row.get("sw_nodes") or []:
-        keys.update(n.get("constraints") or [])
-        keys.add(f"sw_op:{n['op_type']}")
+        keys |= _entry_keys(row, n)
     for f in row.get("findings") or []:
         if f.get("severity") != "note":
             keys.add(f["constraint"])
@@ -62,11 +85,12 @@ def zoo_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         models = [r["path"] for r in ok if fixes & _row_constraints(r)]
         if not models:
             continue
-        nodes = sum(1 for r in ok for n in r.get("sw_nodes") or []
-                    if fixes & (set(n.get("constraints") or []) | {f"sw_op:{n['op_type']}"}))
+        hits = [(r["path"], n) for r in ok for n in r.get("sw_nodes") or [] if fixes & _entry_keys(r, n)]
         rules_out.append({
-            "rule": rule.id, "name": rule.name, "opt_in": rule.opt_in, "models": len(models), "sw_nodes": nodes,
-            "command": f"nafix MODEL --select {rule.id}" if rule.opt_in else "nafix MODEL",
+            "rule": rule.id, "name": rule.name, "opt_in": rule.opt_in, "models": len(models), "sw_nodes": len(hits),
+            "epochs": len({(path, i) for path, n in hits for i in _entry_epochs(n)}),
+            # an opt-in rule is added to the default set: --select would run it alone
+            "command": f"nafix MODEL --extend-select {rule.id}" if rule.opt_in else "nafix MODEL",
         })
     rules_out.sort(key=lambda d: (-d["models"], d["rule"]))
     return {
