@@ -173,7 +173,8 @@ def audit_cmd(
         baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
         opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
         zoo = ZooOptions(jobs=jobs, timeout=timeout or None, cache_dir=Path(cache_dir) if cache_dir else None,
-                         use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor)
+                         use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor,
+                         own_process=True)
         base = None
         if baseline is not None:
             from .zoo.baseline import load_baseline

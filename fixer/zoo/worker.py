@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +77,104 @@ def audit_and_store(path: str, opts, sha256: str | None, key: str | None, cache_
     if key is not None and cache_root is not None:
         from .cache import Cache
 
-        Cache(Path(cache_root)).put(key, row)
+        with _held(signal.SIGTERM):  # the entry is written whole before SIGTERM ends the worker
+            Cache(Path(cache_root)).put(key, row)
     return row
 
 
-def worker_main(conn, opts, cache_root: str | None = None) -> None:
+@contextlib.contextmanager
+def _held(sig):
+    """Hold ``sig`` back in a worker process of ``worker_main`` (delivered right after); elsewhere
+    (in-process, a Dask worker) a no-op."""
+    if not _in_worker or not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+_in_worker = False
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _parent_death_signal(sig: int) -> bool:
+    """Linux: have the kernel send ``sig`` to this process when its parent ends (even by SIGKILL)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0) == 0
+    except (OSError, AttributeError, TypeError):
+        return False
+
+
+def _parent_gone(watch_pid: int | None, sentinel) -> bool:
+    """The parent that started this worker has ended: for a forked worker, its parent process
+    ``watch_pid`` is no longer its parent; for one from a fork server or spawned, the pipe the
+    parent holds open (``sentinel``) has reached its end."""
+    if watch_pid is not None and os.getppid() != watch_pid:
+        return True
+    if sentinel is not None:
+        from multiprocessing.connection import wait
+
+        try:
+            return bool(wait([sentinel], timeout=0))
+        except (OSError, ValueError):
+            return False
+    return False
+
+
+def _watch_parent(watch_pid: int | None, sentinel, ppid: int) -> None:
+    """Thread body (where the parent-death signal is not available): end this process as soon as
+    its parent is gone, even while the main thread is busy in native code."""
+    from multiprocessing.connection import wait
+
+    while True:
+        if sentinel is not None:
+            with contextlib.suppress(OSError, ValueError):
+                wait([sentinel], timeout=1.0)
+        else:
+            time.sleep(1.0)
+        if _parent_gone(watch_pid, sentinel) or os.getppid() != ppid:
+            os._exit(1)
+
+
+def _become_worker(watch_pid: int | None) -> None:
+    """First lines of a worker process: Ctrl-C is the parent's to handle (it cancels the pool), so
+    the worker ignores SIGINT; SIGTERM ends it at once (the parent's cleanup handler, inherited by a
+    fork, only applies to the parent's own files); and the worker dies with its parent (SIGKILL
+    from the OOM killer, ``timeout -s KILL`` or a CI cancel included): on Linux by the kernel's
+    parent-death signal, set here and then checked against a parent that ended before it was set,
+    elsewhere by a watchdog thread."""
+    global _in_worker
+    import multiprocessing as mp
+
+    _in_worker = True
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    if hasattr(signal, "pthread_sigmask"):  # started with SIGINT held back (see runner._sigint_blocked)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    parent = mp.parent_process()
+    sentinel = parent.sentinel if parent is not None else None
+    ppid = os.getppid()
+    armed = _parent_death_signal(signal.SIGKILL)
+    if _parent_gone(watch_pid, sentinel):
+        os._exit(1)
+    if not armed:
+        threading.Thread(target=_watch_parent, args=(watch_pid, sentinel, ppid), name="nafix-parent-watch",
+                         daemon=True).start()
+
+
+def worker_main(conn, opts, cache_root: str | None = None, watch_pid: int | None = None) -> None:
     """Loop of a worker process: receive (index, path, sha256, cache key), send (index, row); None
-    stops it."""
+    stops it. ``watch_pid``: the parent's pid when the worker was forked from it."""
+    _become_worker(watch_pid)
     while True:
         try:
             task = conn.recv()
