@@ -783,6 +783,8 @@ def main(argv: Optional[list[str]] = None) -> None:
             raise
         err.print("[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
         sys.exit(3)
+    if code == 130:  # typer turns a Ctrl-C inside a command into exit code 130, silently
+        err.print("interrupted", highlight=False)
     try:
         sys.stdout.flush()
     except BrokenPipeError:

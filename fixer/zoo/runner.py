@@ -177,8 +177,28 @@ def _context(own_process: bool = False):
     if "forkserver" in methods and sys.platform != "darwin":
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(_PRELOAD)
+        _start_fork_server()
         return ctx
     return mp.get_context("spawn")
+
+
+def _start_fork_server() -> None:
+    """Start the fork server (when not running yet) with SIGINT ignored: it imports nafix before it
+    ignores SIGINT itself, and a Ctrl-C meanwhile would print its traceback; the workers it forks
+    inherit the setting. This process keeps its own handler: SIGINT is held back meanwhile and
+    delivered right after (Linux keeps a blocked signal pending even while it is ignored)."""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()  # only the main thread may change a signal's handler
+        return
+    with _sigint_blocked():
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            if old is not None:  # None: a handler set outside Python, left alone
+                signal.signal(signal.SIGINT, old)
 
 
 @contextlib.contextmanager
