@@ -440,9 +440,22 @@ def test_unreadable_model_gets_an_error_row_and_others_are_reported(tmp_path, ca
             raise PermissionError(13, "Permission denied", str(self))
         return real(self)
 
-    monkeypatch.setattr(Path, "read_bytes", read_bytes)
-    code, out, err = run(["audit", locked, SOFTMAX, "-f", "json"], capsys)
+    # the audit's workers read the models: the same failure in a nafix process of its own, whose
+    # workers are forked from it (this test process has loaded onnxruntime: its workers never are)
+    import subprocess
+
+    script = ("import sys, pathlib; real = pathlib.Path.read_bytes\n"
+              "def read_bytes(self):\n"
+              "    if self.name == 'locked.onnx':\n"
+              "        raise PermissionError(13, 'Permission denied', str(self))\n"
+              "    return real(self)\n"
+              "pathlib.Path.read_bytes = read_bytes\n"
+              "from fixer.cli import main; main(sys.argv[1:])")
+    done = subprocess.run([sys.executable, "-c", script, "audit", str(locked), str(SOFTMAX), "-f", "json", "--no-cache"],
+                          capture_output=True, text=True, timeout=300)
+    code, out, err = done.returncode, done.stdout, done.stderr
     one_error(code, err, "Permission denied")
+    monkeypatch.setattr(Path, "read_bytes", read_bytes)
     rows = json.loads(out)["models"]
     assert [r["path"] for r in rows] == sorted(r["path"] for r in rows)  # sorted by path, wherever the repo is
     by_name = {Path(r["path"]).name: r for r in rows}

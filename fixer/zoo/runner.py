@@ -203,9 +203,9 @@ def _start_fork_server() -> None:
 
 @contextlib.contextmanager
 def _sigint_blocked():
-    """SIGINT held back while a worker starts: a forked worker (or the fork server started now, and
-    so its workers) inherits the blocked signal and ignores it from its first line on, so Ctrl-C
-    reaches only this process; a Ctrl-C that came meanwhile is delivered here right after."""
+    """SIGINT held back while a worker starts: a forked worker inherits the blocked signal and
+    ignores it from its first line on (one from the fork server inherits the server's SIG_IGN), so
+    Ctrl-C reaches only this process; a Ctrl-C that came meanwhile is delivered here right after."""
     mask = getattr(signal, "pthread_sigmask", None)
     if mask is None:
         yield
@@ -222,10 +222,8 @@ class _Slot:
 
     def __init__(self, ctx, analysis, cache_root):
         self.conn, child = ctx.Pipe()
-        # a forked worker watches this process (its parent); one from the fork server watches the
-        # server, which ends when this process does
-        watch = os.getpid() if ctx.get_start_method() == "fork" else None
-        self.proc = ctx.Process(target=worker_main, args=(child, analysis, cache_root, watch), daemon=True)
+        self.proc = ctx.Process(target=worker_main, daemon=True,
+                                args=(child, analysis, cache_root, ctx.get_start_method(), os.getpid()))
         try:
             with _sigint_blocked():
                 self.proc.start()

@@ -116,8 +116,8 @@ def _parent_death_signal(sig: int) -> bool:
 
 def _parent_gone(watch_pid: int | None, sentinel) -> bool:
     """The parent that started this worker has ended: for a forked worker, its parent process
-    ``watch_pid`` is no longer its parent; for one from a fork server or spawned, the pipe the
-    parent holds open (``sentinel``) has reached its end."""
+    ``watch_pid`` is no longer its parent; otherwise the pipe that only the parent holds open
+    (``sentinel``) has reached its end."""
     if watch_pid is not None and os.getppid() != watch_pid:
         return True
     if sentinel is not None:
@@ -128,6 +128,34 @@ def _parent_gone(watch_pid: int | None, sentinel) -> bool:
         except (OSError, ValueError):
             return False
     return False
+
+
+def _parent_sentinel():
+    """A file descriptor that reaches its end when the process that started this worker ends (the
+    end of a pipe only that process holds open)."""
+    import multiprocessing as mp
+
+    parent = mp.parent_process()
+    return parent.sentinel if parent is not None else None
+
+
+def _release_fork_server() -> bool:
+    """In a worker from the fork server: close its copy of the server's "alive" pipe. The server
+    ends when every copy is closed; with the copies the workers get, a server whose client died
+    (SIGKILL) would wait for its workers, and they for it. Then the server ends with the pool's
+    process, and its workers with it (parent-death signal). False when that could not be done."""
+    from multiprocessing import forkserver
+
+    server = getattr(forkserver, "_forkserver", None)
+    fd = getattr(server, "_forkserver_alive_fd", None)
+    if fd is None:
+        return False
+    try:
+        os.close(fd)
+    except OSError:
+        return False
+    server._forkserver_alive_fd = None
+    return True
 
 
 def _watch_parent(watch_pid: int | None, sentinel, ppid: int) -> None:
@@ -145,25 +173,27 @@ def _watch_parent(watch_pid: int | None, sentinel, ppid: int) -> None:
             os._exit(1)
 
 
-def _become_worker(watch_pid: int | None) -> None:
+def _become_worker(start_method: str | None, parent_pid: int | None) -> None:
     """First lines of a worker process: Ctrl-C is the parent's to handle (it cancels the pool), so
     the worker ignores SIGINT; SIGTERM ends it at once (the parent's cleanup handler, inherited by a
     fork, only applies to the parent's own files); and the worker dies with its parent (SIGKILL
     from the OOM killer, ``timeout -s KILL`` or a CI cancel included): on Linux by the kernel's
-    parent-death signal, set here and then checked against a parent that ended before it was set,
-    elsewhere by a watchdog thread."""
+    parent-death signal (for a worker from the fork server: when the server ends, which it does
+    when the pool's process ends), set here and then checked against a parent that ended before
+    it was set; elsewhere by a watchdog thread."""
     global _in_worker
-    import multiprocessing as mp
 
     _in_worker = True
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if hasattr(signal, "pthread_sigmask"):  # started with SIGINT held back (see runner._sigint_blocked)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-    parent = mp.parent_process()
-    sentinel = parent.sentinel if parent is not None else None
+    watch_pid = parent_pid if start_method == "fork" else None
+    sentinel = _parent_sentinel()
     ppid = os.getppid()
     armed = _parent_death_signal(signal.SIGKILL)
+    if start_method == "forkserver" and not _release_fork_server():
+        armed = False  # the server may outlive the pool's process: watch that process itself
     if _parent_gone(watch_pid, sentinel):
         os._exit(1)
     if not armed:
@@ -171,10 +201,11 @@ def _become_worker(watch_pid: int | None) -> None:
                          daemon=True).start()
 
 
-def worker_main(conn, opts, cache_root: str | None = None, watch_pid: int | None = None) -> None:
+def worker_main(conn, opts, cache_root: str | None = None, start_method: str | None = None,
+                parent_pid: int | None = None) -> None:
     """Loop of a worker process: receive (index, path, sha256, cache key), send (index, row); None
-    stops it. ``watch_pid``: the parent's pid when the worker was forked from it."""
-    _become_worker(watch_pid)
+    stops it. ``start_method`` and ``parent_pid``: how the pool's process (``parent_pid``) started it."""
+    _become_worker(start_method, parent_pid)
     while True:
         try:
             task = conn.recv()
