@@ -78,7 +78,11 @@ def default_jobs() -> int:
 
 def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOptions = ZooOptions(), *,
                progress: Progress | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Audit every model under ``paths``; return (rows sorted by path, run statistics)."""
+    """Audit every model under ``paths``; return (rows sorted by path, run statistics).
+
+    The workers of a program that embeds nafix come from a fork server (see ``_context``), which
+    imports the program's main module in each of them: guard its main code with
+    ``if __name__ == "__main__":`` as for any multiprocessing program."""
     from ..api import collect_models, resolve_pools, resolve_profile
     from .cache import default_cache_dir
 
