@@ -231,6 +231,13 @@ class _Slot:
         try:
             with _sigint_blocked():
                 self.proc.start()
+        except BaseException:  # a Ctrl-C delivered as the start ends: leave no worker behind
+            if self.proc.pid is not None:
+                with contextlib.suppress(Exception):
+                    self.proc.kill()
+                    self.proc.join(timeout=5)
+            self.conn.close()
+            raise
         finally:
             child.close()
         self.task: tuple[int, str, str | None, str | None] | None = None
