@@ -228,3 +228,19 @@ def test_ctrl_c_ends_the_audit_with_one_line_and_nothing_left(busy_zoo, tmp_path
             p.kill()
             p.communicate()
         with_pgid_cleanup(p.pid)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_worker_ends_on_sigterm_only_after_its_cache_write():
+    """The parent ends workers with SIGTERM (Ctrl-C, a timeout): one that is writing a cache entry
+    finishes it first, so no temporary file is left, and then ends by that SIGTERM."""
+    script = ("import os, signal\n"
+              "from fixer.zoo import worker\n"
+              "worker._in_worker = True\n"
+              "with worker._sigterm_deferred():\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    print('write finished', flush=True)\n"
+              "print('went on', flush=True)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout == "write finished\n", (done.stdout, done.stderr)
+    assert done.returncode == -signal.SIGTERM, done.stderr

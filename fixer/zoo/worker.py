@@ -77,23 +77,29 @@ def audit_and_store(path: str, opts, sha256: str | None, key: str | None, cache_
     if key is not None and cache_root is not None:
         from .cache import Cache
 
-        with _held(signal.SIGTERM):  # the entry is written whole before SIGTERM ends the worker
+        with _sigterm_deferred():  # the entry is written whole (no temporary file left) before SIGTERM ends the worker
             Cache(Path(cache_root)).put(key, row)
     return row
 
 
 @contextlib.contextmanager
-def _held(sig):
-    """Hold ``sig`` back in a worker process of ``worker_main`` (delivered right after); elsewhere
-    (in-process, a Dask worker) a no-op."""
-    if not _in_worker or not hasattr(signal, "pthread_sigmask"):
+def _sigterm_deferred():
+    """In a worker process of ``worker_main``: a SIGTERM that comes meanwhile ends the worker right
+    after (the worker's SIGTERM otherwise ends it at once, wherever it is). The handler is the
+    process's, whichever of its threads the signal lands on (onnxruntime and BLAS threads may
+    exist): blocking the signal in this thread alone would not do. Elsewhere (in-process, a Dask
+    worker, a thread other than the main one) a no-op."""
+    if not _in_worker or threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+    pending: list[int] = []
+    old = signal.signal(signal.SIGTERM, lambda signum, frame: pending.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
+        if pending:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 _in_worker = False
