@@ -278,7 +278,8 @@ def audit_cmd(
         _distinct_outputs(("-o/--output", target), ("--write-baseline", baseline_target))
         opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
         zoo = ZooOptions(jobs=jobs, timeout=timeout, cache_dir=Path(cache_dir) if cache_dir else None,
-                         use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor)
+                         use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor,
+                         own_process=True)
         base = None
         if baseline is not None:
             from .zoo.baseline import load_baseline
@@ -1023,6 +1024,8 @@ def _main(args: list[str]) -> None:
             raise
         err.print("[bold red]error:[/] internal error in nafix; rerun with --debug for the traceback.")
         sys.exit(3)
+    if code == 130:  # typer turns a Ctrl-C inside a command into exit code 130, silently
+        err.print("interrupted", highlight=False)
     code = code if isinstance(code, int) else 0
     try:
         sys.stdout.flush()

@@ -71,7 +71,7 @@ def bench_zoo(folder: Path, repeat: int) -> None:
     from fixer.zoo import ZooOptions, audit_rows
 
     a = AnalysisOptions()
-    n = len(audit_rows([folder], a, ZooOptions(jobs=2, use_cache=False))[0])
+    n = len(audit_rows([folder], a, ZooOptions(jobs=2, use_cache=False, own_process=True))[0])
     def cpu() -> float:  # CPU seconds of this process and its (finished) worker processes
         me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
@@ -82,16 +82,16 @@ def bench_zoo(folder: Path, repeat: int) -> None:
     cpu2: list[float] = []
     for _ in range(repeat):
         c = cpu()
-        j1 += timed(lambda: audit_rows([folder], a, ZooOptions(jobs=1, use_cache=False)), 1)
+        j1 += timed(lambda: audit_rows([folder], a, ZooOptions(jobs=1, use_cache=False, own_process=True)), 1)
         cpu1.append(cpu() - c)
         c = cpu()
-        j2 += timed(lambda: audit_rows([folder], a, ZooOptions(jobs=2, use_cache=False)), 1)
+        j2 += timed(lambda: audit_rows([folder], a, ZooOptions(jobs=2, use_cache=False, own_process=True)), 1)
         cpu2.append(cpu() - c)
     cold: list[float] = []
     warm: list[float] = []
     for _ in range(repeat):
         with tempfile.TemporaryDirectory() as d:
-            z = ZooOptions(jobs=2, cache_dir=Path(d))
+            z = ZooOptions(jobs=2, cache_dir=Path(d), own_process=True)
             cold += timed(lambda: audit_rows([folder], a, z), 1)
             warm += timed(lambda: audit_rows([folder], a, z), 1)
     med = statistics.median

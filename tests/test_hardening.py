@@ -433,17 +433,21 @@ def test_rules_and_explain_outputs(tmp_path, capsys):
 def test_unreadable_model_gets_an_error_row_and_others_are_reported(tmp_path, capsys, monkeypatch):
     locked = tmp_path / "locked.onnx"
     locked.write_bytes(SOFTMAX.read_bytes())
-    import fixer.fsutil
+    # the audit's workers read the models: the same failure in a nafix process of its own, whose
+    # workers are forked from it (this test process has loaded onnxruntime: its workers never are);
+    # every read of a named file goes through fixer.fsutil.open_regular (tests run as root: chmod is no use)
+    import subprocess
 
-    real = fixer.fsutil.open_regular
-
-    def open_regular(path):  # every read of a named file goes through it (tests run as root: chmod is no use)
-        if Path(path).name == "locked.onnx":
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
-
-    monkeypatch.setattr(fixer.fsutil, "open_regular", open_regular)
-    code, out, err = run(["audit", locked, SOFTMAX, "-f", "json"], capsys)
+    script = ("import sys, pathlib, fixer.fsutil; real = fixer.fsutil.open_regular\n"
+              "def open_regular(path):\n"
+              "    if pathlib.Path(path).name == 'locked.onnx':\n"
+              "        raise PermissionError(13, 'Permission denied', str(path))\n"
+              "    return real(path)\n"
+              "fixer.fsutil.open_regular = open_regular\n"
+              "from fixer.cli import main; main(sys.argv[1:])")
+    done = subprocess.run([sys.executable, "-c", script, "audit", str(locked), str(SOFTMAX), "-f", "json", "--no-cache"],
+                          capture_output=True, text=True, timeout=300)
+    code, out, err = done.returncode, done.stdout, done.stderr
     one_error(code, err, "Permission denied")
     rows = json.loads(out)["models"]
     assert [r["path"] for r in rows] == sorted(r["path"] for r in rows)  # sorted by path, wherever the repo is
@@ -451,6 +455,16 @@ def test_unreadable_model_gets_an_error_row_and_others_are_reported(tmp_path, ca
     assert sorted(by_name) == ["classifier_softmax.onnx", "locked.onnx"]
     assert "Permission denied" in by_name["locked.onnx"]["error"]
     assert by_name["classifier_softmax.onnx"]["estimate"]["epochs"] > 0
+    import fixer.fsutil  # the fix runs in this process: the same failure patched here
+
+    real = fixer.fsutil.open_regular
+
+    def open_regular(path):
+        if Path(path).name == "locked.onnx":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(fixer.fsutil, "open_regular", open_regular)
     code, out, err = run(["fix", locked], capsys)
     one_error(code, err, "cannot be read (Permission denied)")
 

@@ -190,9 +190,25 @@ def test_an_interpreter_crash_is_an_error_not_the_end_of_nafix(tmp_path, capsys,
     shutil.copy(DATA / "int8_cnn.tflite", model)
     good = tmp_path / "int8_more.tflite"
     shutil.copy(DATA / "int8_more.tflite", good)
-    monkeypatch.setattr(tflite_check, "check_import", _check_or_crash(tflite_check.check_import, model))
-    code, out, err = run(["audit", model, good, "--format", "json"], capsys)
+    # the audit's workers check the imports: the same crash in a nafix process of its own, whose
+    # workers are forked from it (this test process has loaded onnxruntime: its workers never are)
+    import subprocess
+    import sys
+
+    script = ("import sys, pathlib\n"
+              "from fixer.importers import tflite_check\n"
+              "real, crash, model = tflite_check.check_import, pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])\n"
+              "interpreter = tflite_check.WORKER\n"
+              "def check(imp, data, **kw):\n"
+              "    tflite_check.WORKER = crash if data == model.read_bytes() else interpreter\n"
+              "    return real(imp, data, **kw)\n"
+              "tflite_check.check_import = check\n"
+              "from fixer.cli import main; main(sys.argv[3:])\n")
+    done = subprocess.run([sys.executable, "-c", script, str(crash), str(model), "audit", str(model), str(good),
+                           "--format", "json"], capture_output=True, text=True, timeout=300)
+    code, out, err = done.returncode, done.stdout, done.stderr
     rows = {Path(r["path"]).name: r for r in json.loads(out)["models"]}
+    monkeypatch.setattr(tflite_check, "check_import", _check_or_crash(tflite_check.check_import, model))
     assert code == 2 and "crashed on this model (signal" in rows["m.tflite"]["error"], (out, err)
     assert rows["int8_more.tflite"]["error"] is None  # the other model is still audited
     code, out, err = run([model], capsys)

@@ -3,10 +3,12 @@ Dask cluster) for the rest, with a per-model timeout; rows come back sorted by p
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import multiprocessing as mp
 import os
+import signal
 import sys
 import threading
 import time
@@ -61,6 +63,10 @@ class ZooOptions:
     shard: Shard | None = None
     executor: str | None = None  # dask://HOST:PORT
     recursive: bool = True
+    #: the calling process holds nafix's own modules only (the ``nafix`` command): on Linux its
+    #: workers may then be forked from it, as long as no onnxruntime is loaded and no other thread
+    #: runs (see ``_context``); a program that embeds nafix gets a fork server
+    own_process: bool = False
 
 
 def default_jobs() -> int:
@@ -72,7 +78,11 @@ def default_jobs() -> int:
 
 def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOptions = ZooOptions(), *,
                progress: Progress | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Audit every model under ``paths``; return (rows sorted by path, run statistics)."""
+    """Audit every model under ``paths``; return (rows sorted by path, run statistics).
+
+    The workers of a program that embeds nafix come from a fork server (see ``_context``), which
+    imports the program's main module in each of them: guard its main code with
+    ``if __name__ == "__main__":`` as for any multiprocessing program."""
     from ..api import collect_models, resolve_pools, resolve_profile
     from .cache import default_cache_dir
 
@@ -134,23 +144,81 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
             run_dask(zoo.executor, todo, analysis, zoo.timeout, cache_root, done)
         else:
             jobs = zoo.jobs or default_jobs()
-            _run_pool(todo, analysis, min(jobs, len(todo)), zoo.timeout, cache_root, done)
+            _run_pool(todo, analysis, min(jobs, len(todo)), zoo.timeout, cache_root, done,
+                      own_process=zoo.own_process)
     stats["analysed"] = len(todo)
     return sorted(rows.values(), key=lambda r: r["path"]), stats
 
 
-def _context():
-    """fork where it is safe and cheapest (Linux, no other Python thread: the workers start with
-    nafix already imported), else forkserver (one clean server process forks the workers), else
-    spawn (Windows, and macOS where fork is unsafe)."""
+#: what the fork server imports once, before it forks any worker: the modules every analysis needs,
+#: and never onnxruntime (its threads and sessions must not exist in a process that forks)
+_PRELOAD = ["fixer.zoo.worker", "fixer.api", "fixer.report", "fixer.npu.mpool", "fixer.shape_fill", "yaml"]
+
+
+def _fork_is_safe(own_process: bool) -> bool:
+    """Whether a worker may be forked from this very process.
+
+    A forked child gets a copy of the parent's memory but only the thread that forked: a lock held
+    by another thread stays locked for ever, and an object that owns threads is a trap. onnxruntime
+    is one: a session alive in the parent (or garbage not yet collected) is copied into the child,
+    and when the child's garbage collector frees it, its destructor joins the thread pool of the
+    parent, threads that do not exist in the child: the worker waits for ever (the flaky per-model
+    timeout of issue 32, in a test process where earlier tests had run onnxruntime). Python's
+    ``threading.active_count()`` cannot see such native threads. So fork only where everything
+    loaded is known: the nafix command's own process, with one Python thread and onnxruntime not
+    even imported (nafix's other native threads are numpy's BLAS pool, which handles fork itself)."""
+    return (own_process and sys.platform.startswith("linux") and threading.active_count() == 1
+            and "onnxruntime" not in sys.modules)
+
+
+def _context(own_process: bool = False):
+    """fork where it is safe (see ``_fork_is_safe``: the workers start with nafix already
+    imported), else forkserver (a clean server process, started without onnxruntime, imports nafix
+    once and forks the workers), else spawn (Windows, and macOS where fork is unsafe)."""
     methods = mp.get_all_start_methods()
-    if sys.platform.startswith("linux") and threading.active_count() == 1:
+    if _fork_is_safe(own_process):
         return mp.get_context("fork")
     if "forkserver" in methods and sys.platform != "darwin":
         ctx = mp.get_context("forkserver")
-        ctx.set_forkserver_preload(["fixer.zoo.worker", "fixer.api", "fixer.report"])
+        ctx.set_forkserver_preload(_PRELOAD)
+        _start_fork_server()
         return ctx
     return mp.get_context("spawn")
+
+
+def _start_fork_server() -> None:
+    """Start the fork server (when not running yet) with SIGINT ignored: it imports nafix before it
+    ignores SIGINT itself, and a Ctrl-C meanwhile would print its traceback; the workers it forks
+    inherit the setting. This process keeps its own handler: SIGINT is held back meanwhile and
+    delivered right after (Linux keeps a blocked signal pending even while it is ignored)."""
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()  # only the main thread may change a signal's handler
+        return
+    with _sigint_blocked():
+        old = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            if old is not None:  # None: a handler set outside Python, left alone
+                signal.signal(signal.SIGINT, old)
+
+
+@contextlib.contextmanager
+def _sigint_blocked():
+    """SIGINT held back while a worker starts: a forked worker inherits the blocked signal and
+    ignores it from its first line on (one from the fork server inherits the server's SIG_IGN), so
+    Ctrl-C reaches only this process; a Ctrl-C that came meanwhile is delivered here right after."""
+    mask = getattr(signal, "pthread_sigmask", None)
+    if mask is None:
+        yield
+        return
+    old = mask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        mask(signal.SIG_SETMASK, old)
 
 
 class _Slot:
@@ -158,9 +226,20 @@ class _Slot:
 
     def __init__(self, ctx, analysis, cache_root):
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=worker_main, args=(child, analysis, cache_root), daemon=True)
-        self.proc.start()
-        child.close()
+        self.proc = ctx.Process(target=worker_main, daemon=True,
+                                args=(child, analysis, cache_root, ctx.get_start_method(), os.getpid()))
+        try:
+            with _sigint_blocked():
+                self.proc.start()
+        except BaseException:  # a Ctrl-C delivered as the start ends: leave no worker behind
+            if self.proc.pid is not None:
+                with contextlib.suppress(Exception):
+                    self.proc.kill()
+                    self.proc.join(timeout=5)
+            self.conn.close()
+            raise
+        finally:
+            child.close()
         self.task: tuple[int, str, str | None, str | None] | None = None
         self.started = 0.0
 
@@ -169,15 +248,22 @@ class _Slot:
         self.started = time.monotonic()
         self.conn.send((index, *item))
 
-    def stop(self, *, kill: bool = False) -> None:
+    def terminate(self) -> None:
+        """Ask the worker to end now (SIGTERM: a worker ends at once, except while it writes a cache
+        entry, which it finishes first so that no temporary file is left)."""
+        if self.proc.pid is not None and self.proc.exitcode is None:
+            with contextlib.suppress(OSError):
+                self.proc.terminate()
+
+    def stop(self, *, kill: bool = False, grace: float = 5.0) -> None:
         if kill:
-            self.proc.kill()
+            self.terminate()
         else:
             try:
                 self.conn.send(None)
             except OSError:
                 pass
-        self.proc.join(timeout=5)
+        self.proc.join(timeout=grace)
         if self.proc.is_alive():
             self.proc.kill()
             self.proc.join(timeout=5)
@@ -191,15 +277,19 @@ def _size(path: str) -> int:
         return 0
 
 
-def _run_pool(todo, analysis, jobs: int, timeout: float | None, cache_root: str | None, done) -> None:
+def _run_pool(todo, analysis, jobs: int, timeout: float | None, cache_root: str | None, done, *,
+              own_process: bool = False) -> None:
     """A fixed pool of ``jobs`` worker processes, each loading one model at a time. A worker that
     dies (crash, out of memory) or exceeds ``timeout`` on a model is replaced; that model becomes an
     error row and the others go on."""
-    ctx = _context()
+    ctx = _context(own_process)
     # largest files first (a proxy for analysis time): the last model to finish is a small one
     queue = sorted(enumerate(todo), key=lambda it: _size(it[1][0]))
-    slots = [_Slot(ctx, analysis, cache_root) for _ in range(jobs)]
+    slots: list[_Slot] = []
+    finished = False
     try:
+        for _ in range(jobs):
+            slots.append(_Slot(ctx, analysis, cache_root))
         for s in slots:
             if queue:
                 s.give(*queue.pop())
@@ -239,9 +329,29 @@ def _run_pool(todo, analysis, jobs: int, timeout: float | None, cache_root: str 
                     slots[i] = s = _Slot(ctx, analysis, cache_root)
                 if s.task is None and queue:
                     s.give(*queue.pop())
+        finished = True
     finally:
+        if finished:
+            for s in slots:
+                s.stop(kill=bool(s.task))
+        else:  # Ctrl-C, SIGTERM or an error here: end every worker now, all at once
+            _cancel(slots)
+
+
+def _cancel(slots: list[_Slot]) -> None:
+    """End every worker: SIGTERM to all, a short grace for one finishing its cache write, then
+    SIGKILL. Runs while a KeyboardInterrupt is propagating: a second Ctrl-C must not cut it short
+    (the workers ignore SIGINT; they would otherwise be left to the parent-death signal)."""
+    with _sigint_blocked():
         for s in slots:
-            s.stop(kill=bool(s.task))
+            s.terminate()
+        deadline = time.monotonic() + 2.0
+        for s in slots:
+            s.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+            if s.proc.is_alive():
+                s.proc.kill()
+                s.proc.join(timeout=5)
+            s.conn.close()
 
 
 def build_report(rows: list[dict[str, Any]], *, profile: str, shard: Shard | None = None,
