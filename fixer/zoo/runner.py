@@ -10,6 +10,7 @@ import multiprocessing as mp
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -181,7 +182,8 @@ def _context(own_process: bool = False):
     if "forkserver" in methods and sys.platform != "darwin":
         ctx = mp.get_context("forkserver")
         ctx.set_forkserver_preload(_PRELOAD)
-        _start_fork_server()
+        with _cwd_that_exists():
+            _start_fork_server()
         return ctx
     return mp.get_context("spawn")
 
@@ -203,6 +205,29 @@ def _start_fork_server() -> None:
         finally:
             if old is not None:  # None: a handler set outside Python, left alone
                 signal.signal(signal.SIGINT, old)
+
+
+@contextlib.contextmanager
+def _cwd_that_exists():
+    """A current folder that exists while a fork server or spawned worker starts: multiprocessing
+    hands the parent's current folder to the new process, and ``os.getcwd()`` fails in a folder that
+    was deleted (``nafix audit`` run from it). There the temporary folder stands in meanwhile (a
+    relative path cannot be read from a deleted folder anyway), and this process returns to the one
+    it was in."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        pass
+    else:
+        yield
+        return
+    here = os.open(".", os.O_RDONLY)
+    try:
+        os.chdir(tempfile.gettempdir())
+        yield
+    finally:
+        os.fchdir(here)
+        os.close(here)
 
 
 @contextlib.contextmanager
@@ -229,7 +254,7 @@ class _Slot:
         self.proc = ctx.Process(target=worker_main, daemon=True,
                                 args=(child, analysis, cache_root, ctx.get_start_method(), os.getpid()))
         try:
-            with _sigint_blocked():
+            with _sigint_blocked(), _cwd_that_exists():
                 self.proc.start()
         except BaseException:  # a Ctrl-C delivered as the start ends: leave no worker behind
             if self.proc.pid is not None:
