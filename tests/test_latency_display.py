@@ -1,0 +1,46 @@
+"""Issue 35, item 2: the estimated time (nafix's cost model) beside the epochs in the console of
+``nafix MODEL`` (before -> after and the change in %), ``nafix audit`` and ``nafix compile``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+from fixer.api import AnalysisOptions, analyze_path
+from fixer.report import compile_renderables, ms_text
+from tests.helpers import run_cli
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
+
+
+def test_fix_console_shows_the_estimated_time_before_and_after_and_the_change(capsys):
+    model = SAMPLES / "denoiser_257.onnx"
+    code, out, err = run_cli([model, "--dry-run"], capsys)
+    assert code == 0, err
+    before = analyze_path(model, AnalysisOptions()).estimate.latency_ms
+    assert "est. ms" in out
+    m = re.search(r"estimated time ([0-9.,]+) ms -> ([0-9.,]+) ms \(([+-][0-9.]+)%\) per inference", out)
+    assert m, out
+    b, a, pct = (float(x.replace(",", "")) for x in m.groups())
+    assert m.group(1) == ms_text(before)
+    assert a < b  # the 257-channel splits save estimated time on this model (the guard would refuse otherwise)
+    assert abs(pct - 100 * (a - b) / b) < 0.1
+    table_rows = [ln for ln in out.splitlines() if ln.startswith("│ before") or ln.startswith("│ after")]
+    assert m.group(1) in table_rows[0] and m.group(2) in table_rows[1]
+
+
+def test_audit_console_has_an_estimated_ms_column(capsys):
+    model = SAMPLES / "movenet_like.onnx"
+    code, out, err = run_cli(["audit", model], capsys)
+    ms = analyze_path(model, AnalysisOptions()).estimate.latency_ms
+    assert "est. ms" in out and ms_text(ms) in out, out
+    assert f"estimated time {ms_text(ms)} ms" in out  # the per-model summary line
+
+
+def test_compile_shows_the_estimate_beside_what_stedgeai_reports():
+    analysis = analyze_path(SAMPLES / "movenet_like.onnx", AnalysisOptions())
+    cm = SimpleNamespace(label="movenet_like", disagreements=[],
+                         result=SimpleNamespace(report=None, ok=False, known_errors=[], problems=[]))
+    text = "\n".join(str(r) for r in compile_renderables(cm, "4.0.1", analysis))
+    assert f"estimated time {ms_text(analysis.estimate.latency_ms)} ms" in text, text
