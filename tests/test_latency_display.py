@@ -44,3 +44,40 @@ def test_compile_shows_the_estimate_beside_what_stedgeai_reports():
                          result=SimpleNamespace(report=None, ok=False, known_errors=[], problems=[]))
     text = "\n".join(str(r) for r in compile_renderables(cm, "4.0.1", analysis))
     assert f"estimated time {ms_text(analysis.estimate.latency_ms)} ms" in text, text
+
+
+# -- --max-ms: a time budget for fix and audit (issue 35, item 3) ---------------------------------
+
+def _error_lines(err: str) -> list[str]:
+    return [ln for ln in err.splitlines() if ln.startswith("error:")]
+
+
+def test_fix_max_ms_fails_on_the_estimated_time_of_the_model_left(capsys):
+    model = SAMPLES / "denoiser_257.onnx"
+    code, out, err = run_cli([model, "--dry-run", "--max-ms", "1"], capsys)
+    m = re.search(r"estimated time [0-9.,]+ ms -> ([0-9.,]+) ms", out)
+    after = m.group(1)
+    assert code == 1
+    assert _error_lines(err) == [f"error: 1 model(s) over the --max-ms budget of 1.000 ms: denoiser_257.onnx "
+                                 f"(estimated {after} ms); times estimated by nafix's cost model, not measured."]
+    # the budget is on the fixed model: above it, exit 0 (the input alone was over it)
+    before = analyze_path(model, AnalysisOptions()).estimate.latency_ms
+    between = (before + float(after)) / 2
+    code, _, err = run_cli([model, "--dry-run", "--max-ms", f"{between:.4f}"], capsys)
+    assert code == 0 and not _error_lines(err), err
+
+
+def test_audit_max_ms_names_the_models_over_budget_and_refuses_a_bad_budget(capsys):
+    models = [SAMPLES / "denoiser_257.onnx", SAMPLES / "movenet_like.onnx"]
+    times = {p.name: analyze_path(p, AnalysisOptions()).estimate.latency_ms for p in models}
+    budget = min(times.values()) + (max(times.values()) - min(times.values())) / 2
+    code, _, err = run_cli(["audit", *models, "--no-cache", "--max-ms", f"{budget:.4f}"], capsys)
+    slow = max(times, key=times.get)
+    assert code == 1
+    [line] = _error_lines(err)
+    assert f"1 model(s) over the --max-ms budget" in line and f"{slow} (estimated {ms_text(times[slow])} ms)" in line
+    code, _, err = run_cli(["audit", *models, "--no-cache", "--max-ms", f"{max(times.values()) + 1:.4f}"], capsys)
+    assert code == 0, err
+    for bad in ("0", "-1", "nan", "inf"):
+        code, _, err = run_cli(["audit", models[0], "--no-cache", "--max-ms", bad], capsys)
+        assert code == 2 and "is not a time budget" in err, (bad, err)
