@@ -81,3 +81,46 @@ def test_audit_max_ms_names_the_models_over_budget_and_refuses_a_bad_budget(caps
     for bad in ("0", "-1", "nan", "inf"):
         code, _, err = run_cli(["audit", models[0], "--no-cache", "--max-ms", bad], capsys)
         assert code == 2 and "is not a time budget" in err, (bad, err)
+
+
+# -- the baseline: an estimated time that rises beyond a tolerance is a regression ----------------
+
+def _report(path: Path) -> dict:
+    from fixer.report import analysis_dict
+
+    row = {"path": str(path), "sha256": "x", "error": None, **analysis_dict(analyze_path(path, AnalysisOptions()))}
+    return {"profile": "stm32n6", "models": [row]}
+
+
+def test_baseline_records_the_estimated_time_and_flags_a_rise_beyond_the_tolerance(tmp_path):
+    import copy
+    import json
+
+    from fixer.zoo.baseline import MS_TOLERANCE, baseline_text, compare, load_baseline
+
+    report = _report(SAMPLES / "movenet_like.onnx")
+    ms = report["models"][0]["estimate"]["latency_ms"]
+    f = tmp_path / "b.json"
+    f.write_text(baseline_text(report))
+    base = load_baseline(f)  # the schema accepts the new key
+    assert next(iter(base["models"].values()))["latency_ms"] == ms
+    assert not compare(report, base).regressions
+
+    def at(factor):
+        r = copy.deepcopy(report)
+        r["models"][0]["estimate"]["latency_ms"] = ms * factor
+        return compare(r, base)
+
+    assert not at(1 + MS_TOLERANCE / 2).regressions  # within the tolerance: noise
+    slower = at(1 + 2 * MS_TOLERANCE)
+    [c] = slower.regressions
+    assert c.kind == "slower" and f"from {ms_text(ms)} ms to {ms_text(ms * (1 + 2 * MS_TOLERANCE))} ms" in c.message
+    assert [c.kind for c in at(1 - 2 * MS_TOLERANCE).improvements] == ["faster"]
+    # a baseline written before nafix estimated times compares none
+    old = json.loads(f.read_text())
+    for e in old["models"].values():
+        del e["latency_ms"]
+    f.write_text(json.dumps(old))
+    r = copy.deepcopy(report)
+    r["models"][0]["estimate"]["latency_ms"] = ms * 10
+    assert not compare(r, load_baseline(f)).regressions
