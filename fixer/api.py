@@ -511,7 +511,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         before = replace(before, view=None)
     stage("rewriting")
     engine = run_engine(reference, rules, profile=profile, options={"input_type": opts.input_type},
-                        max_rounds=opts.max_rounds, on_round=on_round, start=start)
+                        max_rounds=opts.max_rounds, on_round=on_round, start=start, pools=pools)
     rules_by_id = {r.id: r for r in rules}
     verification = None
     after = None

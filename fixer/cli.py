@@ -229,6 +229,36 @@ def _positive_seconds(value: Optional[float]) -> Optional[float]:
     return value
 
 
+def _positive_ms(value: Optional[float]) -> Optional[float]:
+    """A time budget (--max-ms): a finite number of milliseconds above 0."""
+    import math
+
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise typer.BadParameter(f"{value:g} is not a time budget: give a finite number of milliseconds above 0.")
+    return value
+
+
+MAX_MS_HELP = ("Exit 1 when the estimated time per inference (nafix's cost model, ms) of {what} exceeds this "
+               "budget, whatever --fail-on says.")
+
+
+def _over_budget(max_ms: Optional[float], timed: list[tuple[str, Optional[float]]]) -> Optional[str]:
+    """One sentence naming what exceeds ``--max-ms`` (estimated ms), or None. A model whose time was not
+    estimated (a profile without a cost model) is named too: the budget cannot be checked."""
+    from .report import ms_text
+
+    if max_ms is None:
+        return None
+    over = [(name, ms) for name, ms in timed if ms is None or ms > max_ms]
+    if not over:
+        return None
+    parts = [f"{name} (estimated {ms_text(ms)} ms)" if ms is not None else f"{name} (time not estimated)"
+             for name, ms in over[:5]]
+    more = f" and {len(over) - 5} more" if len(over) > 5 else ""
+    return (f"{len(over)} model(s) over the --max-ms budget of {ms_text(max_ms)} ms: " + ", ".join(parts) + more
+            + "; times estimated by nafix's cost model, not measured.")
+
+
 TARGET_HELP = "Target profile: built-in name (stm32n6) or a YAML file with limits and the operator table."
 OPTION_HELP = ("A stedgeai option that changes placement, with its value in the same argument: "
                "--stedgeai-option='--input-data-type float32' (--output-data-type, --inputs-ch-position, "
@@ -248,6 +278,7 @@ def audit_cmd(
     paths: List[str] = typer.Argument(..., help="Model files or folders (searched recursively). `nafix audit merge REPORT.json...` joins reports."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw), or when a model has a finding that makes stedgeai fail (error)."),
+    max_ms: Optional[float] = typer.Option(None, "--max-ms", callback=_positive_ms, help=MAX_MS_HELP.format(what="any model audited")),
     output: Optional[str] = typer.Option(None, "--output", "-o", help=OUTPUT_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
@@ -317,6 +348,11 @@ def audit_cmd(
         _error(first if len(errors) == 1 else
                f"{len(errors)} of {len(rows)} models could not be analysed (see their rows); the first: {first}")
         raise typer.Exit(2)
+    budget = _over_budget(max_ms, [(Path(r["path"]).name, (r.get("estimate") or {}).get("latency_ms"))
+                                   for r in rows if r.get("estimate")])
+    if budget is not None:
+        _error(budget)
+        raise typer.Exit(1)
     if comparison is not None:
         if comparison.regressions:
             err.print(_line(f"{len(comparison.regressions)} finding(s) new or worse than the baseline {baseline}.",
@@ -430,6 +466,7 @@ def fix_cmd(
     keep_failed: bool = typer.Option(False, "--keep-failed", help="Write the model even when verification fails."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing output file that nafix did not write."),
     fail_on: FailOn = typer.Option(FailOn.error, "--fail-on", help="Exit 1 when the model left still has a finding that makes stedgeai fail (error, the default), also when SW epochs remain (sw), or never."),
+    max_ms: Optional[float] = typer.Option(None, "--max-ms", callback=_positive_ms, help=MAX_MS_HELP.format(what="the model nafix leaves (the fixed one, else the input)")),
     fmt: OutFormat = typer.Option(OutFormat.table, "--format", "-f", help="Console output: table or the JSON report."),
     input_shape: Optional[List[str]] = typer.Option(None, "--input-shape", help=SHAPE_HELP),
     target_profile: Optional[str] = typer.Option(None, "--target-profile", help=TARGET_HELP),
@@ -462,7 +499,7 @@ def fix_cmd(
             _fix_work(model, output, dry_run, select, extend_select, ignore, rules, input_type, inputs, keep_failed,
                       force, fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_,
                       stedgeai, profile, compile_timeout, workdir, quantize, calib, calib_size, calib_layout,
-                      calib_scale, calib_mean, calib_std, calib_order, calib_samples, calib_method, core)
+                      calib_scale, calib_mean, calib_std, calib_order, calib_samples, calib_method, core, max_ms)
         except typer.Exit as exc:  # the exit code goes back as a value (click's Exit does not pickle it)
             return exc.exit_code
         return 0
@@ -478,7 +515,7 @@ def fix_cmd(
 def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, input_type, inputs, keep_failed, force,
               fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_, stedgeai, profile,
               compile_timeout, workdir, quantize, calib, calib_size, calib_layout, calib_scale, calib_mean, calib_std,
-              calib_order, calib_samples, calib_method, core) -> None:
+              calib_order, calib_samples, calib_method, core, max_ms=None) -> None:
     """``nafix fix``'s work and output (exits with typer.Exit like a command)."""
     model = Path(model)
     from .api import CompileOptions, FixOptions, fix
@@ -533,6 +570,10 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
                + "; ".join(f"{r.constraint} ({r.detail})" for r in errors) + " (--fail-on never exits 0 anyway)")
         raise typer.Exit(1)
     if fail_on == FailOn.sw and result.final.estimate.sw_epochs > 0:
+        raise typer.Exit(1)
+    budget = _over_budget(max_ms, [(Path(model).name, result.final.estimate.latency_ms)])
+    if budget is not None:
+        _error(budget)
         raise typer.Exit(1)
 
 

@@ -121,7 +121,8 @@ def reinfer(model: onnx.ModelProto) -> onnx.ModelProto:
 
 #: The promise the guard keeps, stated in the README, `nafix rules` and docs/RULES.md.
 GUARANTEE = ("nafix never makes the estimate worse: a rewrite (or a round of rewrites) that would raise the "
-             "estimated SW epochs is not kept, nor one that keeps them and raises the estimated epochs; it is "
+             "estimated SW epochs is not kept, nor one that keeps them and raises the estimated epochs, nor one "
+             "that raises the estimated time (ms, nafix's cost model) even while it lowers the SW epochs; it is "
              "reported as a near-miss with the reason. Epochs may go up only where SW epochs go down (a SW "
              "Conv split into HW chunks). Rules that fix a compile error or a board hang are exempt. The whole run "
              "is held to it too (the --quantize stage and every rule together, against the model given): a fixed "
@@ -163,11 +164,42 @@ def guard_exempt(rule: Rule) -> bool:
     return any(f in HAZARDS or (f in REGISTRY and REGISTRY[f].severity == "compile_error") for f in rule.fixes)
 
 
-def _worse(new: EpochEstimate, old: EpochEstimate) -> bool:
+#: Relative tolerance on the estimated time: two estimates of the same work may differ by float
+#: rounding (summing the epochs in another order), which is not a slower model.
+MS_TOLERANCE = 1e-6
+
+
+def _worse_counts(new, old) -> bool:
     """More estimated SW epochs, or as many and more epochs. Fewer SW epochs for more epochs in total
     is progress (one SW Conv of 257 channels becomes two HW chunks: a HW epoch costs a fraction of
     a SW epoch on the Cortex-M55)."""
     return new.sw_epochs > old.sw_epochs or (new.sw_epochs == old.sw_epochs and new.epochs > old.epochs)
+
+
+def _ms(e) -> float | None:
+    return getattr(e, "latency_ms", None)
+
+
+def _slower(new, old) -> bool:
+    """A higher estimated time (nafix's cost model, :mod:`fixer.npu.latency`) beyond float noise;
+    False when either side was not estimated (a profile without latency data)."""
+    a, b = _ms(new), _ms(old)
+    return a is not None and b is not None and a > b * (1 + MS_TOLERANCE) + 1e-9
+
+
+def _worse(new: EpochEstimate, old: EpochEstimate) -> bool:
+    """Worse in epochs (:func:`_worse_counts`) or in estimated time (:func:`_slower`): a round that
+    lowers the SW epochs but raises the estimated ms is not progress."""
+    return _worse_counts(new, old) or _slower(new, old)
+
+
+def _figures(before, after) -> str:
+    """The estimated figures the guard compares, before -> after, as a phrase."""
+    out = (f"estimated SW epochs {before.sw_epochs} -> {after.sw_epochs}, estimated epochs {before.epochs} -> "
+           f"{after.epochs}")
+    if _ms(before) is not None and _ms(after) is not None:
+        out += f", estimated time {_ms(before):.3f} ms -> {_ms(after):.3f} ms"
+    return out
 
 
 def worse_than_input(before: EpochEstimate, after: EpochEstimate) -> str | None:
@@ -176,8 +208,7 @@ def worse_than_input(before: EpochEstimate, after: EpochEstimate) -> str | None:
     ``before``, else what got worse, as a phrase with the estimated figures."""
     if not _worse(after, before):
         return None
-    return (f"estimated SW epochs {before.sw_epochs} -> {after.sw_epochs}, estimated epochs {before.epochs} -> "
-            f"{after.epochs}")
+    return _figures(before, after)
 
 
 def run_engine(
@@ -190,6 +221,7 @@ def run_engine(
     on_round: Callable[[int, int], None] | None = None,
     guard: bool = True,
     start: tuple | None = None,
+    pools=None,
 ) -> EngineResult:
     """Apply ``rules`` to ``model`` until nothing changes; never mutates ``model``.
 
@@ -199,7 +231,8 @@ def run_engine(
     without them. ``guard=False`` is for rewrites that prepare a float model for quantization.
 
     ``start``: (view, placement, estimate) of ``model`` already made (the analysis before the fix), so
-    the engine does not import and place the same model again; the engine edits that view."""
+    the engine does not import and place the same model again; the engine edits that view.
+    ``pools``: the memory pools of the estimated time (as the analysis's; default: the STM32N6's)."""
     current = onnx.ModelProto()
     current.CopyFrom(model)
     result = EngineResult(model=current)
@@ -214,14 +247,14 @@ def run_engine(
     else:
         view = GraphView(current)
         placement = place(view, profile)
-        est = estimate_epochs(view, placement, profile) if guard else None
+        est = _estimate(view, placement, profile, pools) if guard else None
     rnd = 0
     att = None
     while rnd < max_rounds:
         rnd += 1
         att = _round(view, placement, rules, profile, options, banned=banned)
         if att.changes and guard:
-            cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True)
+            cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True, pools=pools)
             # estimates of trial rounds on ``current``, by the changes they were allowed to make: the
             # bisection's single-change trials serve the near-miss reasons, and a retried round does
             # not estimate again a subset it already estimated
@@ -230,14 +263,16 @@ def run_engine(
             while _worse(cest, est) and (judged := [k for k in att.keys if k[0] not in exempt]):
                 # a float model whose estimate shows each change's epochs directly: the bisection's
                 # verdicts follow from them, without a trial round per half
-                deltas = _float_deltas(att, est, cest, cur_place, cplace) if float_model else None
+                # (only when the round is worse in epochs: the deltas do not tell the estimated time)
+                deltas = (_float_deltas(att, est, cest, cur_place, cplace)
+                          if float_model and _worse_counts(cest, est) else None)
                 if deltas is not None:
                     def worse(half, deltas=deltas):
                         d = sum(deltas[k] for k in half)
-                        return _worse(_Counted(est.sw_epochs + d, est.epochs + d), est)
+                        return _worse_counts(_Counted(est.sw_epochs + d, est.epochs + d), est)
                 else:
                     def worse(half, cur_place=cur_place):
-                        return _worse(_trial(current, rules, profile, options, banned, set(half), cur_place, trials), est)
+                        return _worse(_trial(current, rules, profile, options, banned, set(half), cur_place, trials, pools), est)
                 bad = _find_bad(judged, worse)
                 for key in bad:
                     banned.add(key)
@@ -245,16 +280,18 @@ def run_engine(
                     if float_model:
                         reason = FLOAT_GUARD_REASON
                     else:
-                        t_est = _trial(current, rules, profile, options, banned - {key}, {key}, cur_place, trials)
+                        t_est = _trial(current, rules, profile, options, banned - {key}, {key}, cur_place, trials, pools)
                         reason = (f"not kept: it would take the estimated SW epochs from {est.sw_epochs} to "
-                                  f"{t_est.sw_epochs} and the estimated epochs from {est.epochs} to {t_est.epochs} "
-                                  f"(nafix never makes the estimate worse)")
+                                  f"{t_est.sw_epochs} and the estimated epochs from {est.epochs} to {t_est.epochs}"
+                                  + (f" and the estimated time from {_ms(est):.3f} ms to {_ms(t_est):.3f} ms"
+                                     if _ms(est) is not None and _ms(t_est) is not None else "")
+                                  + " (nafix never makes the estimate worse)")
                     _near_named(result, seen_near, ch.rule, ch.node, ch.op_type, reason)
                 view = GraphView(current)  # a fresh view: the round edited the previous one
                 att = _round(view, cur_place, rules, profile, options, banned=banned)
                 if not att.changes:
                     break
-                cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True)
+                cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=True, pools=pools)
         elif att.changes:
             cand, cview, cplace, cest = _commit_candidate(att, current, profile, guard=False)
         advisable = _advisable(placement, est)
@@ -308,25 +345,44 @@ def _advisable(placement, est: EpochEstimate | None) -> set[str]:
     return names
 
 
-def _commit_candidate(att: _Attempt, current: onnx.ModelProto, profile: TargetProfile, *, guard: bool):
+def _estimate(view: GraphView, placement, profile: TargetProfile, pools) -> EpochEstimate:
+    """The guard's estimate: epochs and, where the profile has a cost model, the estimated time with
+    the memory estimate under ``pools`` (as :func:`fixer.analysis.analyze_model` makes it, so the
+    engine compares like with like against the analysis before the fix)."""
+    import dataclasses
+
+    from .npu.latency import estimate_latency, latency_model
+    from .npu.memory import estimate_memory
+    from .npu.placement import quant_domain
+
+    if latency_model(profile) is None:
+        return estimate_epochs(view, placement, profile)
+    domain = quant_domain(view, profile)
+    est = estimate_epochs(view, placement, profile, domain=domain)
+    memory = estimate_memory(view, placement, domain, pools)
+    latency = estimate_latency(view, placement, est, memory, profile, pools)
+    return est if latency is None else dataclasses.replace(est, latency=latency)
+
+
+def _commit_candidate(att: _Attempt, current: onnx.ModelProto, profile: TargetProfile, *, guard: bool, pools=None):
     """The model an attempt produced: cleaned up, sorted, exported, shape-inferred, placed (and
     estimated with ``guard``); the placement serves the next round."""
     att.view.graph.cleanup(remove_unused_graph_inputs=False).toposort()
     cand = reinfer(export_like(att.view.graph, current))
     cview = GraphView(cand)
     cplace = place(cview, profile)
-    cest = estimate_epochs(cview, cplace, profile) if guard else None
+    cest = _estimate(cview, cplace, profile, pools) if guard else None
     return cand, cview, cplace, cest
 
 
-def _trial(current, rules, profile, options, banned, only, placement, trials) -> EpochEstimate:
+def _trial(current, rules, profile, options, banned, only, placement, trials, pools=None) -> EpochEstimate:
     """The estimate of the round restricted to the changes ``only`` (``placement``: that of
     ``current``). A round with ``only`` skips every other change before it can claim a node, so its
     result depends on ``only`` less ``banned`` alone: ``trials`` remembers it by that set."""
     key = frozenset(set(only) - banned)
     if key not in trials:
         att = _round(GraphView(current), placement, rules, profile, options, banned=banned, only=only)
-        trials[key] = _commit_candidate(att, current, profile, guard=True)[3]
+        trials[key] = _commit_candidate(att, current, profile, guard=True, pools=pools)[3]
     return trials[key]
 
 

@@ -548,7 +548,7 @@ BASELINE = Obj(
      "models": MapOf(Obj(
          {"sw_nodes": MapOf(Obj({}, {"op_type": NAME, "constraints": TEXTS, "reasons": TEXTS}), key=NAME),
           "hw_ratio": Num(0.0, 1.0), "fits_on_chip": Bool()},
-         {"sha256": Opt(TEXT), "compile_errors": TEXTS}), key=PATH)},
+         {"sha256": Opt(TEXT), "compile_errors": TEXTS, "latency_ms": Num(0.0)}), key=PATH)},
     {"nafix_version": TEXT, "profile": TEXT},
     expected=f"a nafix baseline (an object with \"schema\": \"{BASELINE_SCHEMA}\")",
 )

@@ -29,6 +29,21 @@ def kib(n: int | None) -> str:
     return "?" if n is None else f"{n / 1024:,.1f} KiB"
 
 
+def ms_text(ms: float | None) -> str:
+    """An estimated time in ms for a table cell or sentence ("-" when not estimated)."""
+    if ms is None:
+        return "-"
+    return f"{ms:,.3f}" if ms < 10 else f"{ms:,.1f}"
+
+
+def ms_change(before: float | None, after: float | None) -> str:
+    """"estimated time B ms -> A ms (-x.x %)", or "" when either side was not estimated."""
+    if before is None or after is None:
+        return ""
+    pct = f" ({(after - before) / before:+.1%})" if before > 0 else ""
+    return f"estimated time {ms_text(before)} ms -> {ms_text(after)} ms{pct}"
+
+
 def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
     sw_nodes = a.sw_nodes()
     by_name = a.placement.by_name
@@ -116,15 +131,16 @@ def audit_markdown(report: dict[str, Any]) -> str:
     rows = report["models"]
     lines = [f"# nafix audit (profile {_md(report['profile'])})", "", text_mark(report.get("nafix_version")), "",
              f"_{ESTIMATE_NOTE}_", "",
-             "| model | est. epochs | est. SW epochs | est. HW ratio | SW ops | peak activations | fits on-chip |",
-             "|---|---|---|---|---|---|---|"]
+             "| model | est. epochs | est. SW epochs | est. HW ratio | est. ms | SW ops | peak activations | fits on-chip |",
+             "|---|---|---|---|---|---|---|---|"]
     for m in rows:
         if not _ok(m):
-            lines.append(f"| {_mdc(m['path'])} | error | | | {_md(m['error'] or 'error')} | | |")
+            lines.append(f"| {_mdc(m['path'])} | error | | | | {_md(m['error'] or 'error')} | | |")
             continue
         e, mem = m["estimate"], m["memory"]
         lines.append(
-            f"| {_mdc(_name(m))} | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} | {_md(_sw_summary(m))} | "
+            f"| {_mdc(_name(m))} | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} | {ms_text(e.get('latency_ms'))} | "
+            f"{_md(_sw_summary(m))} | "
             f"{kib(mem['peak_activation_bytes'])} | {'yes' if mem['fits_on_chip'] else '**no**'} |"
         )
     for m in rows:
@@ -180,8 +196,9 @@ def row_summary_line(path_name: str, row: dict[str, Any]) -> str:
     e, mem = row["estimate"], row["memory"]
     fit = "fits on-chip" if mem["fits_on_chip"] else f"does NOT fit on-chip ({kib(mem['onchip_activation_capacity_bytes'])})"
     hyb = f", {e['hybrid_epochs']} hybrid" if e.get("hybrid_epochs") else ""
+    ms = f", estimated time {ms_text(e['latency_ms'])} ms" if e.get("latency_ms") is not None else ""
     return (f"{path_name}: estimated {e['epochs']} epochs, {e['sw_epochs']} SW{hyb}, core {e.get('core') or '?'}, "
-            f"HW ratio {e['hw_ratio']:.1%}; "
+            f"HW ratio {e['hw_ratio']:.1%}{ms}; "
             f"weights {kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} ({fit})")
 
 
@@ -246,7 +263,11 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
         dist = ", ".join(f"{d['range']}: {d['models']}" for d in h["distribution"])
         out.append(f"estimated HW ratio: min {h['min']:.1%}, median {h['median']:.1%}, max {h['max']:.1%} ({dist}).")
     top = s["sw_op_types"][:5]
-    if top:
+    if top and any(o.get("ms") is not None for o in top):
+        out.append("SW op types costing the most estimated time: "
+                   + ", ".join(f"{o['op_type']} {ms_text(o.get('ms'))} ms ({o['sw_epochs']} epochs) in {o['models']} model(s)"
+                               for o in top) + ".")
+    elif top:
         out.append("SW op types costing the most estimated epochs: "
                    + ", ".join(f"{o['op_type']} {o['sw_epochs']} epochs in {o['models']} model(s)" for o in top) + ".")
     for r in s["rules"][:5]:
@@ -265,15 +286,16 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
     out: list[Any] = []
     summary = Table(title=_t(f"nafix audit - profile {report['profile']} (estimated)", no_wrap=True), expand=False)
     for col, just in (("model", "left"), ("epochs", "right"), ("SW", "right"), ("HW ratio", "right"),
-                      ("SW ops", "left"), ("peak act.", "right"), ("on-chip", "center")):
+                      ("est. ms", "right"), ("SW ops", "left"), ("peak act.", "right"), ("on-chip", "center")):
         summary.add_column(col, justify=just, overflow="fold")
     for m in rows:
         if not _ok(m):
-            summary.add_row(_t(_name(m)), "-", "-", "-", _t(m.get("error") or "error", style="red"), "-", "-")
+            summary.add_row(_t(_name(m)), "-", "-", "-", "-", _t(m.get("error") or "error", style="red"), "-", "-")
             continue
         e, mem = m["estimate"], m["memory"]
         summary.add_row(
-            _t(_name(m)), str(e["epochs"]), str(e["sw_epochs"]), f"{e['hw_ratio']:.1%}", _t(_sw_summary(m)),
+            _t(_name(m)), str(e["epochs"]), str(e["sw_epochs"]), f"{e['hw_ratio']:.1%}", ms_text(e.get("latency_ms")),
+            _t(_sw_summary(m)),
             kib(mem["peak_activation_bytes"]), "yes" if mem["fits_on_chip"] else _t("NO", style="bold red"),
         )
     out.append(summary)
@@ -401,7 +423,8 @@ def compile_renderables(cm, version, analysis):
         out.append(_t(f"stedgeai {version}: " + ("compile failed" if not cm.result.ok else "no report found"),
                         style="bold red"))
     e = analysis.estimate
-    out.append(_t(f"nafix estimate: {e.epochs} epochs, {e.sw_epochs} SW, HW ratio {e.hw_ratio:.1%}", style="dim"))
+    ms = f", estimated time {ms_text(e.latency_ms)} ms" if e.latency_ms is not None else ""
+    out.append(_t(f"nafix estimate: {e.epochs} epochs, {e.sw_epochs} SW, HW ratio {e.hw_ratio:.1%}{ms}", style="dim"))
     out.extend(_compiled_details(cm))
     return out
 
@@ -586,12 +609,18 @@ def fix_renderables(result, *, verbose: bool = False):
     t.add_column("SW epochs", justify="right")
     t.add_column("hybrid", justify="right")
     t.add_column("HW ratio", justify="right")
+    timed = b.latency_ms is not None and a.latency_ms is not None
+    if timed:
+        t.add_column("est. ms", justify="right")
     imported = getattr(result.before.loaded, "imported", None)
     src_label = f" ({_FORMAT_LABELS.get(imported.source_format, imported.source_format)})" if imported is not None else ""
-    t.add_row("before" + src_label, str(b.epochs), str(b.sw_epochs), str(b.hybrid_epochs), f"{b.hw_ratio:.1%}")
+    t.add_row("before" + src_label, str(b.epochs), str(b.sw_epochs), str(b.hybrid_epochs), f"{b.hw_ratio:.1%}",
+              *([ms_text(b.latency_ms)] if timed else []))
     t.add_row("after (ONNX)" if imported is not None else "after", str(a.epochs), str(a.sw_epochs),
-              str(a.hybrid_epochs), f"{a.hw_ratio:.1%}")
+              str(a.hybrid_epochs), f"{a.hw_ratio:.1%}", *([ms_text(a.latency_ms)] if timed else []))
     out.append(t)
+    if timed:
+        out.append(_t(f"{ms_change(b.latency_ms, a.latency_ms)} per inference (nafix's cost model, not measured)"))
     for line in getattr(result, "advice", ()):
         out.append(_t(f"advice: {line}", style="bold yellow"))
     if imported is not None and imported.check is not None:

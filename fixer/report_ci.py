@@ -9,7 +9,7 @@ from typing import Any
 from urllib.parse import quote
 
 from . import __version__, escape
-from .report import ESTIMATE_NOTE, _sw_summary, kib, summary_lines
+from .report import ESTIMATE_NOTE, _sw_summary, kib, ms_text, summary_lines
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 ERROR_RULE = "nafix-error"
@@ -33,8 +33,21 @@ def _uri(path: str) -> str:
         return "file://" + quote(p.as_posix(), errors="surrogateescape")
 
 
-def _sw_message(n: dict[str, Any]) -> str:
-    return f"'{n['name']}' ({n['op_type']}) is estimated to run in SW: " + "; ".join(n["reasons"])
+def _sw_message(n: dict[str, Any], ms: float | None = None) -> str:
+    est = f" (estimated {ms_text(ms)} ms per inference)" if ms is not None else ""
+    return f"'{n['name']}' ({n['op_type']}) is estimated to run in SW{est}: " + "; ".join(n["reasons"])
+
+
+def _node_ms(row: dict[str, Any]) -> dict[str, float]:
+    """Estimated ms of the SW and hybrid epochs of a report row, by the model node(s) they come from
+    (an epoch of two nodes counts for each)."""
+    out: dict[str, float] = {}
+    for ep in row.get("epochs") or []:
+        if ep.get("unit") == "HW" or ep.get("ms") is None:
+            continue
+        for name in ep.get("nodes") or []:
+            out[name] = out.get(name, 0.0) + ep["ms"]
+    return out
 
 
 def _finding_message(f: dict[str, Any]) -> str:
@@ -63,13 +76,16 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
         loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(row["path"]), "index": i}}}
         props: dict[str, Any] = {"sha256": row.get("sha256"), "error": row.get("error")}
         if _ok(row):
-            props.update({"estimate": row["estimate"], "memory": row["memory"]})
+            props.update({"estimate": row["estimate"], "memory": row["memory"],
+                          **({"estimated_ms": row["estimate"]["latency_ms"]}
+                             if row["estimate"].get("latency_ms") is not None else {})})
         artifacts.append({"location": {"uri": _uri(row["path"])}, "properties": props})
         if not _ok(row):
             idx = rule(ERROR_RULE, "The model could not be analysed.", None)
             results.append({"ruleId": ERROR_RULE, "ruleIndex": idx, "level": "error",
                             "message": {"text": row.get("error") or "error"}, "locations": [loc]})
             continue
+        node_ms = _node_ms(row)
         for n in row["sw_nodes"]:
             why = n.get("why") or []
             rid = (n.get("constraints") or ["sw"])[0]
@@ -79,12 +95,13 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
                 rule(w["constraint"], w["requirement"], w["tag"])
             results.append({
                 "ruleId": rid, "ruleIndex": idx, "level": "warning",
-                "message": {"text": _sw_message(n)},
+                "message": {"text": _sw_message(n, node_ms.get(n["name"]))},
                 "locations": [dict(loc, logicalLocations=[{"name": n["name"], "fullyQualifiedName": f"{row['path']}:{n['name']}",
                                                           "kind": "member"}])],
                 "partialFingerprints": {"nafixNode/v1": f"{row['path']}:{n['name']}:{rid}"},
                 "properties": {"node": n["name"], "op_type": n["op_type"], "constraints": n.get("constraints") or [],
-                               "kernel": n.get("kernel"), "estimated": True},
+                               "kernel": n.get("kernel"), "estimated": True,
+                               **({"estimated_ms": round(node_ms[n["name"]], 4)} if n["name"] in node_ms else {})},
             })
         for f in row.get("findings") or []:
             idx = rule(f["constraint"], f["requirement"], f["tag"])
@@ -134,12 +151,14 @@ def github_annotations(report: dict[str, Any]) -> str:
             cmd("error", row.get("error") or "error", row["path"], "nafix: model not analysed")
             continue
         e, mem = row["estimate"], row["memory"]
-        cmd("notice", f"estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}; weights "
+        ms = f", estimated time {ms_text(e['latency_ms'])} ms" if e.get("latency_ms") is not None else ""
+        cmd("notice", f"estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}{ms}; weights "
             f"{kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} "
             f"({'fits' if mem['fits_on_chip'] else 'does NOT fit'} on-chip, {kib(mem['onchip_activation_capacity_bytes'])})",
             row["path"], "nafix estimate")
+        node_ms = _node_ms(row)
         for n in row["sw_nodes"]:
-            cmd("warning", _sw_message(n), row["path"], f"nafix {', '.join(n.get('constraints') or ['SW'])}")
+            cmd("warning", _sw_message(n, node_ms.get(n["name"])), row["path"], f"nafix {', '.join(n.get('constraints') or ['SW'])}")
         for f in row.get("findings") or []:
             kind = {"error": "error", "note": "notice"}.get(_LEVEL.get(f["severity"], "warning"), "warning")
             cmd(kind, _finding_message(f), row["path"], f"nafix {f['constraint']}")
@@ -184,7 +203,7 @@ def html_report(report: dict[str, Any]) -> str:
     """One self-contained HTML page (inline CSS and JS, no network): a sortable table of models
     with a bar of estimated HW vs SW epochs, the memory fit, a histogram of SW op types over the
     zoo, the zoo summary, and per model its SW nodes with their reasons. ``#sort=KEY[-desc]`` in
-    the URL sorts the table on load (keys: model, epochs, sw_epochs, hw_ratio, peak, fits)."""
+    the URL sorts the table on load (keys: model, epochs, sw_epochs, hw_ratio, ms, peak, fits)."""
     esc = escape.html
     rows = report["models"]
     from .outputs import text_mark
@@ -194,14 +213,14 @@ def html_report(report: dict[str, Any]) -> str:
            f"<h1>nafix audit - profile {esc(report['profile'])}</h1>",
            f"<p class='note'>{esc(report.get('note', ESTIMATE_NOTE))} nafix {esc(str(report.get('nafix_version', '')))}.</p>"]
     cols = (("model", "model"), ("epochs", "est. epochs"), ("sw_epochs", "est. SW epochs"), ("hw_ratio", "est. HW ratio"),
-            ("bar", "HW vs SW epochs"), ("sw_ops", "SW ops"), ("peak", "peak activations"), ("fits", "fits on-chip"))
+            ("ms", "est. ms"), ("bar", "HW vs SW epochs"), ("sw_ops", "SW ops"), ("peak", "peak activations"), ("fits", "fits on-chip"))
     out.append("<table id='models'><thead><tr>" + "".join(f"<th data-key='{k}'>{esc(t)}</th>" for k, t in cols)
                + "</tr></thead><tbody>")
     for i, row in enumerate(rows):
         name = esc(row["path"])
         if not _ok(row):
             out.append(f"<tr class='error'><td data-sort='{name}'>{name}</td><td data-sort='-1'>-</td><td data-sort='-1'>-</td>"
-                       f"<td data-sort='-1'>-</td><td></td><td class='err'>{esc(row.get('error') or 'error')}</td>"
+                       f"<td data-sort='-1'>-</td><td data-sort='-1'>-</td><td></td><td class='err'>{esc(row.get('error') or 'error')}</td>"
                        "<td data-sort='-1'>-</td><td data-sort='-1'>-</td></tr>")
             continue
         e, mem = row["estimate"], row["memory"]
@@ -212,6 +231,8 @@ def html_report(report: dict[str, Any]) -> str:
         out.append(
             f"<tr><td data-sort='{name}'><a href='#m{i}'>{name}</a></td><td class='num'>{e['epochs']}</td>"
             f"<td class='num'>{e['sw_epochs']}</td><td class='num' data-sort='{e['hw_ratio']}'>{e['hw_ratio']:.1%}</td>"
+            f"<td class='num' data-sort='{e.get('latency_ms') if e.get('latency_ms') is not None else -1}'>"
+            f"{ms_text(e.get('latency_ms'))}</td>"
             f"<td data-sort='{e['hw_ratio']}'><div class='bar' title='{e['epochs'] - e['sw_epochs']} HW, {e['sw_epochs']} SW (estimated)'>"
             f"<div class='hw' style='width:{hw_w:.1f}%'></div><div class='sw' style='width:{sw_w:.1f}%'></div></div></td>"
             f"<td>{esc(ops)}</td><td class='num' data-sort='{mem['peak_activation_bytes'] or 0}'>{kib(mem['peak_activation_bytes'])}</td>"
@@ -221,12 +242,16 @@ def html_report(report: dict[str, Any]) -> str:
     if summary:
         out.append("<h2>Zoo summary (estimated)</h2><ul>" + "".join(f"<li>{esc(s)}</li>" for s in summary_lines(summary)) + "</ul>")
         ops = summary["sw_op_types"]
+        timed = bool(ops) and all(o.get("ms") is not None for o in ops)
         if ops:
-            top = max(o["sw_epochs"] for o in ops)
-            out.append("<h3>SW op types over the zoo (estimated SW epochs)</h3><div class='hist' id='sw-histogram'>")
+            top = max((o["ms"] if timed else o["sw_epochs"]) for o in ops) or 1
+            out.append(f"<h3>SW op types over the zoo (estimated {'time' if timed else 'SW epochs'})</h3>"
+                       "<div class='hist' id='sw-histogram'>")
             for o in ops:
-                out.append(f"<div><span class='l'>{esc(o['op_type'])}</span><span class='b' style='width:{300 * o['sw_epochs'] / top:.0f}px'>"
-                           f"</span>{o['sw_epochs']} epochs, {o['models']} model(s)</div>")
+                size = o["ms"] if timed else o["sw_epochs"]
+                ms = f"{ms_text(o['ms'])} ms, " if timed else ""
+                out.append(f"<div><span class='l'>{esc(o['op_type'])}</span><span class='b' style='width:{300 * size / top:.0f}px'>"
+                           f"</span>{ms}{o['sw_epochs']} epochs, {o['models']} model(s)</div>")
             out.append("</div>")
     out.append("<h2>Models</h2>")
     for i, row in enumerate(rows):

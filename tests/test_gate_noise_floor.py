@@ -3,6 +3,7 @@ with random +-1 LSB rounding noise at the rewritten nodes), and reuses its onnxr
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +20,10 @@ from tests.builders import guard as builders
 
 ROOT = Path(__file__).resolve().parents[1]
 MOVENET = ROOT.parent / "shared" / "models" / "tfl2onnx-stn6__st_movenet_lightning_heatmaps_192_int8_pc.onnx"
-PROFILE = load_profile()
+#: without the cost model: these tests are about the equivalence gate on a 12x12 heatmap decoder,
+#: where the guard's estimated-time test keeps the tiny SW Resize (estimated 0.114 ms against 0.159 ms
+#: for its ConvTranspose with a hybrid Concat and DepthToSpace; tested in test_never_worse.py)
+PROFILE = replace(load_profile(), latency={})
 RULES = {r.id: r for r in load_rules()}
 OLD_MIN_WITHIN_ONE_LSB = 0.99  # the criterion the noise floor replaced
 

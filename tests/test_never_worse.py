@@ -253,3 +253,55 @@ def test_a_float_model_is_judged_from_each_changes_epochs_as_the_bisection_would
     assert n_counted <= len(commits)
     if name == "movenet_like_float.onnx":  # its three NAF003 would add SW epochs: bisected, then dropped
         assert len(dropped) == 3 and n_counted < len(commits)
+
+
+# -- estimated time (issue 35, item 3): a round that raises the estimated ms is not kept ------------
+
+def _resize_qdq(hw):
+    from tests.builders import build
+
+    return build("resize.resize", {"c": 8, "hw": list(hw), "scale": 2, "qdq": True})
+
+
+def test_a_round_that_lowers_the_sw_epochs_but_raises_the_estimated_time_is_a_near_miss_with_both_figures():
+    """A bilinear Resize of a 6x9 map: NAF003 would take it from SW to HW (one SW epoch fewer), but its
+    ConvTranspose with a hybrid Concat and DepthToSpace is estimated slower than the tiny SW Resize."""
+    from dataclasses import replace
+
+    model = _resize_qdq((6, 9))
+    before = analyze_model(model, profile=PROFILE).estimate
+    res = run_engine(model, [RULES["NAF003"]], profile=PROFILE)
+    assert not res.changes
+    [reason] = [n.reason for n in res.near_misses if n.rule == "NAF003"]
+    assert f"estimated SW epochs from {before.sw_epochs} to {before.sw_epochs - 1}" in reason, reason
+    import re
+
+    ms = [float(x) for x in re.findall(r"estimated time from ([0-9.]+) ms to ([0-9.]+) ms", reason)[0]]
+    assert ms[0] == pytest.approx(before.latency_ms, abs=1e-3) and ms[1] > ms[0], reason
+    # the epoch test alone would have kept it: the refusal is the estimated time's
+    assert run_engine(model, [RULES["NAF003"]], profile=replace(PROFILE, latency={})).changes
+
+
+def test_the_same_rewrite_on_a_map_where_it_saves_time_is_kept():
+    model = _resize_qdq((48, 48))
+    before = analyze_model(model, profile=PROFILE).estimate
+    res = run_engine(model, [RULES["NAF003"]], profile=PROFILE)
+    assert [c.rule for c in res.changes] == ["NAF003"], res.near_misses
+    after = analyze_model(res.model, profile=PROFILE).estimate
+    assert after.sw_epochs < before.sw_epochs and after.latency_ms < before.latency_ms
+
+
+def test_worse_than_input_compares_the_estimated_time_with_a_float_noise_tolerance():
+    from dataclasses import replace
+
+    from fixer.engine import worse_than_input
+
+    est = analyze_model(_resize_qdq((6, 9)), profile=PROFILE).estimate
+    lat = est.latency
+    fewer_sw_slower = replace(est, sw_epochs=est.sw_epochs - 1, latency=replace(lat, ms=lat.ms * 1.5))
+    what = worse_than_input(est, fewer_sw_slower)
+    assert what is not None and f"estimated time {lat.ms:.3f} ms -> {lat.ms * 1.5:.3f} ms" in what, what
+    assert f"estimated SW epochs {est.sw_epochs} -> {est.sw_epochs - 1}" in what
+    assert worse_than_input(est, replace(est, latency=replace(lat, ms=lat.ms * (1 + 1e-9)))) is None  # noise
+    assert worse_than_input(est, replace(est, latency=replace(lat, ms=lat.ms * 0.5))) is None
+    assert worse_than_input(est, replace(est, latency=None)) is None  # not estimated: the epochs decide

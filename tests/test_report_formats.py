@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from fixer.report import ms_text
 from tests.test_zoo import run, softmax_chain, zoo  # noqa: F401  (fixture)
 
 
@@ -143,10 +144,11 @@ def test_html_is_self_contained_and_carries_the_facts(reports):
     assert [r[0] for r in p.rows] == [m["path"] for m in data["models"]]
     for r, m in zip(p.rows, data["models"]):
         if m["error"]:
-            assert m["error"] in r[5]
+            assert m["error"] in r[6]
         else:
             assert r[1:4] == [str(m["estimate"]["epochs"]), str(m["estimate"]["sw_epochs"]), f"{m['estimate']['hw_ratio']:.1%}"]
-            assert r[7] == ("yes" if m["memory"]["fits_on_chip"] else "no")
+            assert r[4] == ms_text(m["estimate"]["latency_ms"]) != "-"  # the estimated time column
+            assert r[8] == ("yes" if m["memory"]["fits_on_chip"] else "no")
     for m in data["models"]:
         for n in m["sw_nodes"]:
             assert f"<code>{n['name']}</code>" in page
@@ -180,3 +182,55 @@ def test_html_opens_in_a_headless_browser_and_sorts(reports, tmp_path):
     shown = [ratios[r[0]] for r in p.rows]
     assert shown == sorted(shown, reverse=True) and shown != [ratios[m["path"]] for m in data["models"]]
     assert "sorted-desc" in proc.stdout
+
+
+# -- the estimated time in every format (issue 35, item 2) ----------------------------------------
+
+def _timed_models(data):
+    ok = [m for m in data["models"] if not m["error"]]
+    assert ok and all(m["estimate"]["latency_ms"] > 0 for m in ok)
+    return ok
+
+
+def test_sarif_carries_the_estimated_time_per_model_and_per_sw_node(reports):
+    data = json.loads(reports["json"])
+    sarif = json.loads(reports["sarif"])
+    run_ = sarif["runs"][0]
+    by_path = {m["path"]: m for m in data["models"]}
+    for art in run_["artifacts"]:
+        m = next(m for p, m in by_path.items() if art["location"]["uri"].endswith(Path(p).name))
+        if not m["error"]:
+            assert art["properties"]["estimated_ms"] == m["estimate"]["latency_ms"]
+    sw = [r for r in run_["results"] if "estimated to run in SW" in r["message"]["text"]]
+    assert sw
+    for r in sw:
+        ms = r["properties"]["estimated_ms"]
+        assert ms > 0 and f"(estimated {ms_text(ms)} ms per inference)" in r["message"]["text"]
+
+
+def test_github_annotations_and_markdown_show_the_estimated_time(reports, zoo, capsys):  # noqa: F811
+    data = json.loads(reports["json"])
+    for m in _timed_models(data):
+        assert f"estimated time {ms_text(m['estimate']['latency_ms'])} ms" in reports["github"]
+    code, md, _ = run(["audit", zoo, "-f", "markdown"], capsys)
+    header = next(ln for ln in md.splitlines() if ln.startswith("| model |"))
+    cols = [c.strip() for c in header.strip("|").split("|")]
+    assert "est. ms" in cols
+    i = cols.index("est. ms")
+    for m in _timed_models(data):
+        row = next(ln for ln in md.splitlines() if ln.startswith(f"| `{Path(m['path']).name}`"))
+        assert [c.strip() for c in row.strip("|").split("|")][i] == ms_text(m["estimate"]["latency_ms"])
+
+
+def test_the_zoo_summary_ranks_sw_op_types_by_estimated_time(reports):
+    data = json.loads(reports["json"])
+    ops = data["summary"]["sw_op_types"]
+    assert ops and all(o["ms"] > 0 for o in ops)
+    assert [o["ms"] for o in ops] == sorted((o["ms"] for o in ops), reverse=True)
+    # each op type's time is the sum of its epochs' estimated ms over the zoo
+    for o in ops:
+        total = sum(ep["ms"] for m in _timed_models(data) for ep in m["epochs"]
+                    if ep["unit"] != "HW" and ep["reported_as"] + (" (hybrid)" if ep["unit"] == "hybrid" else "") == o["op_type"])
+        assert o["ms"] == pytest.approx(total, abs=2e-3)
+    assert "SW op types costing the most estimated time: " in reports["html"]
+    assert f"{ops[0]['op_type']} {ms_text(ops[0]['ms'])} ms ({ops[0]['sw_epochs']} epochs)" in reports["html"]

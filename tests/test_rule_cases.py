@@ -3,6 +3,7 @@ its rule selected; firing cases are verified numerically with onnxruntime under 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
@@ -35,7 +36,13 @@ def _cases():
 
 
 def _profile(case):
-    return case_profile(case) if any(k in case for k in CASE_PROFILE_KEYS) else PROFILE
+    """The case's profile without its cost model: the cases pin each rewriter's preconditions and
+    numerics on toy-sized models, where an epoch's fixed cost outweighs the work a rewrite moves off
+    the Cortex-M55 (a SW bilinear Resize of a 4x4 map is estimated cheaper than its HW ConvTranspose
+    with a hybrid Concat and DepthToSpace), so the guard's estimated-time test, which the engine applies
+    whenever the profile has a cost model, is tested in test_never_worse.py on models of its own."""
+    prof = case_profile(case) if any(k in case for k in CASE_PROFILE_KEYS) else PROFILE
+    return replace(prof, latency={})
 
 
 def _model(case) -> onnx.ModelProto:

@@ -2,7 +2,8 @@
 
 A baseline file is JSON: ``{"nafix_version", "schema": "nafix-baseline/1", "profile", "models":
 {PATH: {"sha256", "sw_nodes": {NODE: {"op_type", "constraints", "reasons"}}, "hw_ratio",
-"fits_on_chip", "compile_errors": [constraint id]}}}``. Paths are POSIX, relative to the current
+"fits_on_chip", "compile_errors": [constraint id], "latency_ms"}}}`` (``latency_ms``: the estimated time, when
+nafix's cost model made one). Paths are POSIX, relative to the current
 folder when the model lies under it (the form pre-commit passes).
 """
 
@@ -20,6 +21,10 @@ from ..json_schema import BASELINE, BASELINE_SCHEMA, dumps, problem, read_json_f
 SCHEMA = BASELINE_SCHEMA
 #: HW ratios are rounded to 4 places in reports; a smaller change is noise
 RATIO_EPS = 1e-4
+#: a model's estimated time (nafix's cost model) may rise by this fraction before it is a regression:
+#: the estimate moves a little when the cost model's parameters are refitted or a neighbouring op's
+#: placement changes, which is not a slower model worth failing CI for
+MS_TOLERANCE = 0.05
 
 
 def baseline_path_key(path: str) -> str:
@@ -40,6 +45,7 @@ def _entry(row: dict[str, Any]) -> dict[str, Any]:
         "hw_ratio": row["estimate"]["hw_ratio"],
         "fits_on_chip": row["memory"]["fits_on_chip"],
         "compile_errors": sorted({f["constraint"] for f in row.get("findings") or [] if f.get("severity") == "compile_error"}),
+        **({"latency_ms": row["estimate"]["latency_ms"]} if row["estimate"].get("latency_ms") is not None else {}),
     }
 
 
@@ -75,8 +81,8 @@ def load_baseline(path: str | os.PathLike[str]) -> dict[str, Any]:
 @dataclass
 class Change:
     path: str
-    kind: str  # new_sw_node | worse_sw_node | lower_hw_ratio | no_longer_fits | compile_error | (improvements:)
-    #            fixed_sw_node | higher_hw_ratio | fits_now | compile_error_fixed
+    kind: str  # new_sw_node | worse_sw_node | lower_hw_ratio | slower | no_longer_fits | compile_error | (improvements:)
+    #            fixed_sw_node | higher_hw_ratio | faster | fits_now | compile_error_fixed
     message: str
     node: str | None = None
 
@@ -93,8 +99,10 @@ class Comparison:
         return {"regressions": [d(c) for c in self.regressions], "improvements": [d(c) for c in self.improvements]}
 
 
-def compare(report: dict[str, Any], baseline: dict[str, Any]) -> Comparison:
+def compare(report: dict[str, Any], baseline: dict[str, Any], *, ms_tolerance: float = MS_TOLERANCE) -> Comparison:
     """What is new or worse (regressions) and what got better (improvements) than the baseline.
+    An estimated time that rises by more than ``ms_tolerance`` (a fraction) is a regression, one that
+    falls by more is an improvement (a baseline written without estimated times compares none).
     A model is looked up by path, else by content hash (a renamed file); a model the baseline does
     not know has no baseline: each SW node, compile error and failed memory fit is new."""
     out = Comparison()
@@ -128,6 +136,17 @@ def compare(report: dict[str, Any], baseline: dict[str, Any]) -> Comparison:
             elif now["hw_ratio"] > base["hw_ratio"] + RATIO_EPS:
                 out.improvements.append(Change(path, "higher_hw_ratio", f"{path}: estimated HW ratio rose from "
                                                f"{base['hw_ratio']:.1%} to {now['hw_ratio']:.1%}"))
+        old_ms, new_ms = (base or {}).get("latency_ms"), now.get("latency_ms")
+        if old_ms is not None and new_ms is not None and old_ms > 0:
+            from ..report import ms_text
+
+            rise = (new_ms - old_ms) / old_ms
+            what = (f"{path}: estimated time {'rose' if rise > 0 else 'fell'} from {ms_text(old_ms)} ms to "
+                    f"{ms_text(new_ms)} ms ({rise:+.1%}")
+            if rise > ms_tolerance:
+                out.regressions.append(Change(path, "slower", f"{what}, more than the {ms_tolerance:.0%} tolerance)"))
+            elif rise < -ms_tolerance:
+                out.improvements.append(Change(path, "faster", what + ")"))
         if not now["fits_on_chip"] and (not base or base["fits_on_chip"]):
             out.regressions.append(Change(path, "no_longer_fits", f"{path}: the estimated activations no longer fit "
                                           "in the on-chip memory" if base else f"{path}: the estimated activations do not "

@@ -50,6 +50,18 @@ def _entry_epochs(n: dict[str, Any]) -> set:
     return set(n.get("epochs") or []) | ({n["in_epoch"]} if n.get("in_epoch") is not None else set())
 
 
+def sw_ms_by_op(row: dict[str, Any]) -> Counter | None:
+    """Estimated ms of the SW (and hybrid, as "OP (hybrid)") epochs of one model row by the op name
+    the report would print; None when the row's epochs carry no estimated time."""
+    eps = [ep for ep in row.get("epochs") or [] if ep.get("unit") in ("SW", "hybrid")]
+    if not eps or any(ep.get("ms") is None or "reported_as" not in ep for ep in eps):
+        return None
+    c: Counter = Counter()
+    for ep in eps:
+        c[ep["reported_as"] + (" (hybrid)" if ep["unit"] == "hybrid" else "")] += ep["ms"]
+    return c
+
+
 def _row_constraints(row: dict[str, Any]) -> set[str]:
     keys: set[str] = set()
     for n in row.get("sw_nodes") or []:
@@ -68,11 +80,19 @@ def zoo_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ratios = [r["estimate"]["hw_ratio"] for r in ok]
     dist = [{"range": label, "models": sum(1 for x in ratios if low <= x < high)} for label, low, high in BUCKETS]
     ops: Counter = Counter()
+    op_ms: Counter = Counter()
+    timed = True  # every row's SW epochs carry an estimated time: the op types are ranked by it
     op_models: dict[str, set[str]] = defaultdict(set)
     for r in ok:
-        for op, n in sw_epochs_by_op(r).items():
+        counts = sw_epochs_by_op(r)
+        for op, n in counts.items():
             ops[op] += n
             op_models[op].add(r["path"])
+        ms = sw_ms_by_op(r) if counts else Counter()
+        if ms is None:
+            timed = False
+        else:
+            op_ms.update(ms)
     rules_out = []
     try:
         from ..rules import load_rules
@@ -104,7 +124,10 @@ def zoo_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "max": max(ratios) if ratios else None,
             "distribution": dist,
         },
-        "sw_op_types": [{"op_type": op, "sw_epochs": n, "models": len(op_models[op])}
-                        for op, n in sorted(ops.items(), key=lambda kv: (-kv[1], kv[0]))],
+        # ranked by estimated ms (nafix's cost model) where every row has it, else by SW epochs
+        "sw_op_types": [{"op_type": op, "sw_epochs": n, **({"ms": round(op_ms[op], 3)} if timed else {}),
+                         "models": len(op_models[op])}
+                        for op, n in sorted(ops.items(), key=lambda kv: ((-op_ms[kv[0]],) if timed else ())
+                                            + (-kv[1], kv[0]))],
         "rules": rules_out,
     }
