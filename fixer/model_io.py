@@ -27,13 +27,12 @@ from onnx import shape_inference
 from . import ir
 from .errors import InputError, UsageError
 from .importers.tflite import is_tflite
+from .runtime import model_copy, prepare_for_runtime, runtime_initializers, runtime_session, session_options
 
 log = logging.getLogger(__name__)
 
 #: Oldest default-domain opset nafix accepts (shape inference and operator semantics before it differ).
 MIN_OPSET = 7
-#: Newest IR version the supported onnxruntime releases load; recent onnx writes newer ones.
-MAX_RUNTIME_IR_VERSION = 10
 #: Protobuf refuses messages over 2 GiB: beyond this, weights go to an external data file.
 PROTOBUF_LIMIT = 2**31 - 1
 
@@ -925,7 +924,6 @@ def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, prod
         model.graph.value_info.extend(found)
         return
     import numpy as np
-    import onnxruntime as ort
     from onnx import helper
 
     probe = onnx.ModelProto()
@@ -935,12 +933,9 @@ def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, prod
         if name not in declared:
             probe.graph.output.append(helper.ValueInfoProto(name=name))
     try:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        opts.log_severity_level = 3
         # one thread: the probe only reads shapes and element types, and a thread pool (spinning while
         # the run lasts) cost more to start than it saved: 5 probed shared models 0.15 -> 0.07 s
-        opts.intra_op_num_threads = 1
+        opts = session_options(threads=1)
         sess = runtime_session(probe.SerializeToString(), opts, initializers=runtime_initializers(probe))
         rng = np.random.default_rng(0)
         feeds = {}
@@ -978,64 +973,6 @@ def _random_input(rng, type_str: str, shape: list[int]):
     return rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype)
 
 
-#: From this many initializers (Constant nodes of the main graph count: onnxruntime turns them into
-#: initializers), :func:`runtime_session` creates a session through the path that keeps them in its
-#: graph. Below it, saving the copy costs more than the search it avoids (measured on onnxruntime
-#: 1.32: 5,000 initializers +5%, 10,000 -27%, 49,247 -44% of the session's creation).
-MANY_INITIALIZERS = 10_000
-
-
-def runtime_initializers(model: onnx.ModelProto) -> int:
-    """The initializers onnxruntime holds for ``model``'s main graph: its initializers and Constant nodes."""
-    g = model.graph
-    return len(g.initializer) + sum(1 for n in g.node if n.op_type == "Constant" and not n.domain)
-
-
-def runtime_session(data: bytes, opts, *, initializers: int):
-    """An onnxruntime CPU session of the serialized model ``data`` with session options ``opts``.
-
-    onnxruntime moves each initializer out of the graph as it hands it to the session, finding it by
-    name in the graph's initializer list each time: quadratic in their number (onnxruntime 1.32, a
-    QDQ chain of 49,247 initializers: 1.8 s of the session's 3.7 s, 63x the 4,925-initializer
-    chain's). A session that saves its optimized model keeps the initializers in its graph and skips
-    that step. From ``MANY_INITIALIZERS`` ``initializers`` on, the session is created so, the copy
-    written in a temporary directory deleted right after; the graph that runs is the same (the same
-    ``opts``: optimization level and transformers), so are its outputs. The graph's copy of the
-    initializers stays while the session lives. Should that path fail (no room for the copy, a
-    graph onnxruntime cannot save), the session is created as usual, and its error, if any, is the
-    one the caller sees."""
-    import onnxruntime as ort
-
-    providers = ["CPUExecutionProvider"]
-    if initializers >= MANY_INITIALIZERS and not opts.optimized_model_filepath:
-        import tempfile
-
-        try:
-            with tempfile.TemporaryDirectory(prefix="nafix-ort-") as tmp:
-                opts.optimized_model_filepath = os.path.join(tmp, "session.onnx")
-                try:
-                    return ort.InferenceSession(data, opts, providers=providers)
-                finally:
-                    opts.optimized_model_filepath = ""
-        except Exception:  # noqa: BLE001 - this path is only faster: the usual session decides
-            log.debug("onnxruntime session keeping its initializers failed; creating it as usual")
-    return ort.InferenceSession(data, opts, providers=providers)
-
-
-def prepare_for_runtime(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Return ``model`` with an IR version onnxruntime accepts (recent onnx writes newer ones)."""
-    if model.ir_version > MAX_RUNTIME_IR_VERSION:
-        model = _copy(model)
-        model.ir_version = MAX_RUNTIME_IR_VERSION
-    return model
-
-
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    clone = onnx.ModelProto()
-    clone.CopyFrom(model)
-    return clone
-
-
 def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = (),
                force: bool = False) -> Path:
     """Write ``model`` to ``path`` through :mod:`fixer.outputs` (atomic, never over a path in
@@ -1067,7 +1004,7 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect:
             # temporary name (onnx creates that file itself), then the renames make the pair appear
             data_tmp.unlink()
             # onnx moves the weights of the proto it saves out to the file: save a copy, not the caller's
-            onnx.save_model(_copy(model), str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+            onnx.save_model(model_copy(model), str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
                             location=data_tmp.name, size_threshold=1024)
             _relocate_external_data(tmp, data_name)
     return out

@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 
 from .errors import InputError
-from .model_io import (MANY_INITIALIZERS, MAX_RUNTIME_IR_VERSION, prepare_for_runtime, read_npz, runtime_initializers,
-                       runtime_session)
+from .model_io import read_npz
+from .runtime import prepare_for_runtime, serialized_sessions, session_as_written
 from .randomdata import uniform
 from .rewriters import IoChange
 from .rules import CONTRACT_ORDER, VerifyContract
@@ -120,7 +120,7 @@ class _Whole:
         self.model = model
 
     def ready(self):
-        return _session(self.model)
+        return session_as_written(self.model)
 
 
 class _Pooled:
@@ -150,50 +150,15 @@ def begin_session(model: onnx.ModelProto, *, keep: bool = True, extra: Sequence[
     cut = segments.plan(model, extra=extra, names=names)
     if cut is not None:
         try:
-            return segments.SegmentedSession(model, cut, _session, keep=keep, extra=extra,
-                                             make_serialized=_serialized_session(model.ir_version))
+            return segments.SegmentedSession(model, cut, session_as_written, keep=keep, extra=extra,
+                                             make_serialized=serialized_sessions(model.ir_version))
         except segments.Unsegmentable:
             pass
     model = _with_outputs(model, extra)
     pool = segments.current_workers()
     if pool is not None:
-        return _Pooled(pool.submit(_session, model))
+        return _Pooled(pool.submit(session_as_written, model))
     return _Whole(model)
-
-
-def _session_options():
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    # Graph optimizations could fuse Q/DQ differently in the two models; compare the models as written.
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # Idle worker threads sleep instead of spinning between parallel sections: scheduling only (the
-    # same kernels compute the same bits). The gate's runs are short and many, often beside other
-    # work: on a loaded 2-core machine spinning cost ~40-70% more CPU time for the same runs.
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return opts
-
-
-def _session(model: onnx.ModelProto):
-    return runtime_session(prepare_for_runtime(model).SerializeToString(), _session_options(),
-                           initializers=runtime_initializers(model))
-
-
-def _serialized_session(ir_version: int) -> Callable[[bytes, int], object]:
-    """What makes :func:`_session` of a model given serialized (of IR version ``ir_version``), with
-    at most ``n`` initializers and Constant nodes (:class:`fixer.segments.SegmentedSession`)."""
-    # a ModelProto field written again later in the bytes overrides the earlier one: the IR version
-    # onnxruntime accepts, as prepare_for_runtime sets it
-    cap = onnx.ModelProto(ir_version=MAX_RUNTIME_IR_VERSION).SerializeToString() \
-        if ir_version > MAX_RUNTIME_IR_VERSION else b""
-
-    def make(data: bytes, n: int):
-        if n >= MANY_INITIALIZERS:  # (rare in a segment: count them, as _session does)
-            n = runtime_initializers(onnx.ModelProto.FromString(data))
-        return runtime_session(data + cap, _session_options(), initializers=n)
-
-    return make
 
 
 def _begin_fixed(fixed: onnx.ModelProto, extra: Sequence[str], keep: bool = True, names=None):
