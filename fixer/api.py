@@ -452,7 +452,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     from . import __version__
     from .deadline import stage
     from .engine import run_engine
-    from .model_io import save_model
+    from .outputs import save_model
     from .rules import load_rules, select_rules
     from .verify import load_inputs_npz, loosest, verify
 
@@ -492,7 +492,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         warnings.append("--quantize skipped: this is ST's own export (producer Cube.AI, *_OE_*), already "
                         "quantized by ST's front end with its parameters in a side _Q.json")
     elif opts.quantize:
-        from .model_io import refresh_shapes
+        from .shapes import refresh_shapes
 
         def calibrated(done: int, total: int) -> None:  # each sample is a stage of its own (--timeout)
             stage(f"quantization (onnxruntime calibration, after sample {done} of {total})")
@@ -629,7 +629,7 @@ def _engine_placed(engine) -> tuple | None:
 def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, report_path: Path) -> None:
     """The C header (when interface edges became integer) and the JSON report beside the model."""
     from .json_schema import dumps
-    from .model_io import atomic_write_text
+    from .outputs import atomic_write_text
 
     protect = _fix_inputs(opts, result.input)
     if result.written and result.engine.io_changes:
@@ -668,7 +668,7 @@ def _compile_before_after(result: FixResult, copts: CompileOptions,
                           on_line: Callable[[str, str], None] | None) -> CompileComparison:
     import tempfile
 
-    from .model_io import save_model
+    from .outputs import save_model
 
     import time
     from dataclasses import replace
