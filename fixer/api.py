@@ -176,7 +176,7 @@ def change_contracts(engine, rules_by_id) -> dict:
     from dataclasses import replace
 
     from .rewriters import REWRITERS
-    from .verify import loosest
+    from .gate import loosest
 
     out = {}
     for i, c in enumerate(engine.changes):
@@ -192,7 +192,7 @@ def change_contracts(engine, rules_by_id) -> dict:
 
 
 def boundary_checks(engine, contracts) -> list:
-    from .verify import BoundaryCheck
+    from .gate import BoundaryCheck
 
     return [BoundaryCheck(t, c.rule, contracts[i], c.region_inputs)
             for i, c in enumerate(engine.changes) for t in c.boundary]
@@ -302,7 +302,7 @@ class _RewritesGate:
     :meth:`check`, which records it in ``info['float_rewrites']`` and raises when it fails."""
 
     def __init__(self, model, pre, rules, opts: FixOptions, info: dict, name: str):
-        from .verify import loosest
+        from .gate import loosest
 
         by_id = {r.id: r for r in rules}
         self.model, self.pre, self.opts, self.info, self.name = model, pre, opts, info, name
@@ -315,9 +315,9 @@ class _RewritesGate:
         info["float_rewrites"] = None  # its place among the report's keys, filled by check()
 
     def check(self, original_run=None):
-        """``original_run``: see :func:`~fixer.verify.verify` (the original's values from elsewhere)."""
+        """``original_run``: see :func:`~fixer.gate.verify` (the original's values from elsewhere)."""
         from .errors import VerificationError
-        from .verify import verify
+        from .gate import verify
 
         self.done = True
         pre = self.pre
@@ -409,7 +409,7 @@ def _check_user_files(opts: FixOptions, loaded: LoadedModel) -> None:
     """Check the data files the user named against the model, before any work: the ``--inputs`` .npz
     (array names, shapes and dtypes), the ``--calib`` data (its structure and first sample). The
     target profile and the rule folders are read (and checked) by their own loaders first."""
-    from .verify import check_inputs_npz
+    from .gate import check_inputs_npz
 
     if opts.inputs_npz:
         check_inputs_npz(opts.inputs_npz, loaded.model)
@@ -454,7 +454,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     from .engine import run_engine
     from .outputs import save_model
     from .rules import load_rules, select_rules
-    from .verify import load_inputs_npz, loosest, verify
+    from .gate import load_inputs_npz, loosest, verify
 
     if opts.input_type not in ("int8", "uint8"):
         raise UsageError(f"--input-type must be int8 or uint8, not '{opts.input_type}'.")

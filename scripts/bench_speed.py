@@ -232,9 +232,9 @@ FIX_STAGES = (
     ("fixer.segments", "plan", "segment plans"),
     ("fixer.segments", "_Parts.__init__", "segment parts"),
     ("fixer.segments", "SegmentedSession.__init__", "segment models"),
-    ("fixer.verify", "proven_equal", "local proofs"),
-    ("fixer.verify", "rewritten_part", "rewritten parts"),
-    ("fixer.verify", "verify", "= gate"),
+    ("fixer.gate.parts", "proven_equal", "local proofs"),
+    ("fixer.gate.parts", "rewritten_part", "rewritten parts"),
+    ("fixer.gate.check", "verify", "= gate"),
 )
 
 

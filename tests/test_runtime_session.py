@@ -21,7 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fixer import runtime
 from fixer.runtime import runtime_initializers, runtime_session
-from fixer.verify import make_inputs, session
+from fixer.gate import make_inputs, session
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
 

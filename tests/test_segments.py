@@ -13,7 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fixer import runtime, segments
-from fixer import verify as verify_mod
+import fixer.gate.check as gate_check
+import fixer.gate.runs as gate_runs
 from fixer.api import FixOptions, fix
 from fixer.rules import VerifyContract
 from tests.builders.qdq import qdq_sub_chain
@@ -70,7 +71,7 @@ def test_segmented_session_same_values_and_descriptions(small_cuts, value_info):
     assert cut is not None and len(cut.segments) >= 5
     assert sorted(k for seg in cut.segments for k in seg) == list(range(len(model.graph.node)))
     whole = runtime.session_as_written(model)
-    seg = verify_mod.session(model)
+    seg = gate_runs.session(model)
     assert isinstance(seg, segments.SegmentedSession)
     describe = lambda args: [(a.name, a.type, a.shape) for a in args]  # noqa: E731
     assert describe(seg.get_inputs()) == describe(whole.get_inputs())
@@ -90,8 +91,8 @@ def test_every_tensor_as_an_output_same_bits(small_cuts):
     """Extra outputs the gate asks for (tensors inside segments) come out as the whole graph computes them."""
     model = _wide()
     inner = [f"conv{i}" for i in range(0, 40, 7)] + ["k3", "h0"]
-    m = verify_mod._with_outputs(model, inner)
-    whole, seg = runtime.session_as_written(m), verify_mod.session(m)
+    m = gate_runs._with_outputs(model, inner)
+    whole, seg = runtime.session_as_written(m), gate_runs.session(m)
     assert isinstance(seg, segments.SegmentedSession)
     feed = _feeds(3)
     for a, b in zip(seg.run(inner, feed), whole.run(inner, feed)):
@@ -99,7 +100,7 @@ def test_every_tensor_as_an_output_same_bits(small_cuts):
 
 
 def test_run_errors_as_onnxruntime_says_them(small_cuts):
-    seg = verify_mod.session(_wide())
+    seg = gate_runs.session(_wide())
     feed = _feeds()
     with pytest.raises(ValueError, match="Invalid input name: z"):
         seg.run(None, {**feed, "z": feed["x"]})
@@ -117,10 +118,10 @@ def test_a_node_onnxruntime_rejects_in_a_late_segment_is_rejected(small_cuts):
         runtime.session_as_written(model)
     assert segments.plan(model) is not None
     with pytest.raises(Exception) as seg_err:
-        verify_mod.session(model)
+        gate_runs.session(model)
     assert "NoSuchOp" in str(seg_err.value) and "NoSuchOp" in str(whole_err.value)
     # the gate: a fixed model onnxruntime rejects fails it, segmented or not
-    v = verify_mod.verify(_wide(), model, contract=VerifyContract("exact"))
+    v = gate_check.verify(_wide(), model, contract=VerifyContract("exact"))
     assert not v.ok and "does not load" in v.outputs[0].detail and "NoSuchOp" in v.outputs[0].detail
 
 
@@ -136,7 +137,7 @@ def test_a_declared_type_that_contradicts_a_segment_is_rejected(small_cuts):
     with pytest.raises(Exception):
         runtime.session_as_written(model)
     with pytest.raises(Exception):
-        verify_mod.session(model)
+        gate_runs.session(model)
 
 
 def _edit(model, fn):
@@ -172,7 +173,7 @@ def test_graphs_that_stay_whole(small_cuts, why, monkeypatch):
         g.output.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5]))
     assert segments.plan(model) is None
     if why in ("small", "subgraph", "unused-input", "output-is-input"):
-        assert not isinstance(verify_mod.session(model), segments.SegmentedSession)
+        assert not isinstance(gate_runs.session(model), segments.SegmentedSession)
 
 
 def test_topological_order_of_an_unsorted_graph(small_cuts):
@@ -187,7 +188,7 @@ def test_topological_order_of_an_unsorted_graph(small_cuts):
         for k in seg:
             assert all(t in made for t in cut.reads[k])
             made.update(cut.writes[k])
-    seg, whole = verify_mod.session(shuffled), runtime.session_as_written(model)
+    seg, whole = gate_runs.session(shuffled), runtime.session_as_written(model)
     feed = _feeds(4)
     for a, b in zip(seg.run(None, feed), whole.run(None, feed)):
         assert np.array_equal(a, b)
@@ -222,8 +223,8 @@ def test_fetching_inner_tensors_keeps_the_segments_made_by_the_shared_threads(sm
     model = _wide()
     cut = segments.plan(model)
     crossing = [t for ins in cut.inputs for t in ins if t not in ("x", "y")]
-    m = verify_mod._with_outputs(model, crossing[:5])
-    begun = verify_mod.begin_session(m)
+    m = gate_runs._with_outputs(model, crossing[:5])
+    begun = gate_runs.begin_session(m)
     assert isinstance(begun, segments.SegmentedSession) and begun._futures  # handed over, not made in order
     whole = runtime.session_as_written(m)
     feed = _feeds(5)
@@ -252,7 +253,7 @@ def test_an_original_onnxruntime_rejects_is_an_input_error_with_nothing_left_loa
 
     monkeypatch.setattr(runtime, "runtime_session", spy)
     with pytest.raises(InputError):
-        verify_mod.verify(bad, fixed, contract=VerifyContract("exact"))
+        gate_check.verify(bad, fixed, contract=VerifyContract("exact"))
     assert len(ended) == len(started) >= 2 * len(segments.plan(bad).segments)
 
 
@@ -264,11 +265,11 @@ def test_no_segment_thread_outlives_the_gate_or_a_session(small_cuts):
     def segment_threads():
         return [t for t in threading.enumerate() if t.name.startswith("nafix-segment")]
 
-    seg = verify_mod.session(_wide())
+    seg = gate_runs.session(_wide())
     assert isinstance(seg, segments.SegmentedSession) and not segment_threads()
     fixed = _wide()
     fixed.graph.node[3].name = "renamed"
-    v = verify_mod.verify(_wide(), fixed, contract=VerifyContract("exact"))
+    v = gate_check.verify(_wide(), fixed, contract=VerifyContract("exact"))
     assert v.ok and not segment_threads()
 
 
@@ -312,9 +313,9 @@ def test_a_stale_declaration_of_a_crossing_tensor_gives_the_whole_graphs_answer(
         whole = runtime.session_as_written(model)
     except Exception as exc:  # noqa: BLE001 - then the segmented graph must be rejected too
         with pytest.raises(type(exc)):
-            verify_mod.session(model)
+            gate_runs.session(model)
         return
-    seg = verify_mod.session(model)
+    seg = gate_runs.session(model)
     feed = _feeds(6)
     for a, b in zip(seg.run(None, feed), whole.run(None, feed)):
         assert np.array_equal(a, b)
@@ -385,7 +386,7 @@ def test_extra_outputs_without_a_copy_are_the_copys_segments(small_cuts):
     whole, as such a graph output does."""
     model = _wide()
     extra = ["conv7", "h0", "k3", "conv7", model.graph.output[1].name, "sub30"]
-    copy = verify_mod._with_outputs(model, extra)
+    copy = gate_runs._with_outputs(model, extra)
     nodes = list(model.graph.node)
     given = segments.plan(model, extra=extra,
                           names=lambda: ([n.input[:] for n in nodes], [n.output[:] for n in nodes]))
@@ -398,14 +399,14 @@ def test_extra_outputs_without_a_copy_are_the_copys_segments(small_cuts):
 
     assert segment_bytes(model, given, extra=extra) == segment_bytes(copy, segments.plan(copy))
     feed = _feeds(4)
-    a = verify_mod.begin_session(model, extra=extra).ready()
+    a = gate_runs.begin_session(model, extra=extra).ready()
     b = runtime.session_as_written(copy)
     assert isinstance(a, segments.SegmentedSession)
     assert [o.name for o in a.get_outputs()] == [o.name for o in b.get_outputs()]
     for x, y in zip(a.run(None, feed), b.run(None, feed)):
         assert np.array_equal(x, y)
     assert segments.plan(model, extra=["x"]) is None  # a graph input fetched as an output: made whole
-    whole = verify_mod.begin_session(model, extra=["x", "conv7"]).ready()
+    whole = gate_runs.begin_session(model, extra=["x", "conv7"]).ready()
     assert not isinstance(whole, segments.SegmentedSession)
     assert [o.name for o in whole.get_outputs()][-2:] == ["x", "conv7"]
 
@@ -416,8 +417,8 @@ def test_segments_only_checked_to_load_hold_no_session_and_run_as_kept_ones(smal
     segment's session is dropped once made, what it loaded as is still described as a kept session
     describes it, and running it makes the sessions again, with the same values."""
     model = _wide(value_info=value_info)
-    kept = verify_mod.begin_session(model).ready()
-    checked = verify_mod.begin_session(model, keep=False).ready()
+    kept = gate_runs.begin_session(model).ready()
+    checked = gate_runs.begin_session(model, keep=False).ready()
     assert isinstance(checked, segments.SegmentedSession)
     assert checked._ordered is (not value_info)  # without boundary declarations: made one after another
     assert checked._sessions and all(type(s) is segments.Loaded for s in checked._sessions)
@@ -434,7 +435,7 @@ def test_a_segment_onnxruntime_rejects_is_rejected_when_only_checked_to_load(sma
     model = _wide()
     next(n for n in reversed(model.graph.node) if n.op_type == "Mul").op_type = "NoSuchOp"
     with pytest.raises(Exception, match="NoSuchOp"):
-        verify_mod.begin_session(model, keep=False).ready()
+        gate_runs.begin_session(model, keep=False).ready()
 
 
 def test_the_gate_holds_the_fixed_models_segments_only_where_it_runs_them(tmp_path, monkeypatch):

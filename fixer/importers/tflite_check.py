@@ -401,7 +401,7 @@ def compare_model(imp: ImportedTFLite, model: onnx.ModelProto, *, io_changes=(),
     is fed the interpreter's float input quantized as the application would (round half to even), such
     an output is dequantized with its recorded scale and zero-point before the comparison. None when
     no interpreter is installed or the model's interface is not the TFLite one up to those changes."""
-    from ..verify import dequantize, quantize_like_ort
+    from ..gate import dequantize, quantize_like_ort
 
     if interpreter_class() is None:
         return None

@@ -36,7 +36,7 @@ class QuantAccuracy:
 
 
 def _session(model: onnx.ModelProto):
-    from ..verify import session
+    from ..gate import session
 
     return session(model)
 
