@@ -22,9 +22,9 @@ from ..rewriters import IoChange
 from . import runs
 from .contracts import VerifyContract
 from .inputs import make_inputs, original_failed
-from .metrics import (_as_int8_if_shifted, _edge_in, _edge_out, _output_scales, _scalar, BoundaryCheck, compare,
-                      OutputCheck, PROPAGATED_MIN_COSINE)
-from .noise import judge_against_floor, noise_floor, NOISE_MEAN_FACTOR, NOISE_STD_MARGIN, output_deviation
+from .metrics import (PROPAGATED_MIN_COSINE, BoundaryCheck, OutputCheck, _as_int8_if_shifted, _edge_in, _edge_out,
+                      _output_scales, _scalar, compare)
+from .noise import NOISE_MEAN_FACTOR, NOISE_STD_MARGIN, judge_against_floor, noise_floor, output_deviation
 from .parts import (_downstream, _Facts, _isolated_boundaries, _PartRun, _RewrittenRun, _WholeRun, fixed_part,
                     proven_equal, rewritten_part)
 from .runs import _begin_fixed, _fixed_session, _sharing_segment_workers

@@ -17,7 +17,7 @@ from ..rewriters import IoChange
 from ..runtime import prepare_for_runtime
 from . import runs
 from .inputs import NP_TYPES
-from .metrics import _as_int8_if_shifted, _edge_in, _same_bits, BoundaryCheck
+from .metrics import BoundaryCheck, _as_int8_if_shifted, _edge_in, _same_bits
 from .runs import _merged, _renamed, _tensor_names, _with_outputs, session
 
 
