@@ -176,7 +176,7 @@ def change_contracts(engine, rules_by_id) -> dict:
     from dataclasses import replace
 
     from .rewriters import REWRITERS
-    from .verify import loosest
+    from .gate import loosest
 
     out = {}
     for i, c in enumerate(engine.changes):
@@ -192,7 +192,7 @@ def change_contracts(engine, rules_by_id) -> dict:
 
 
 def boundary_checks(engine, contracts) -> list:
-    from .verify import BoundaryCheck
+    from .gate import BoundaryCheck
 
     return [BoundaryCheck(t, c.rule, contracts[i], c.region_inputs)
             for i, c in enumerate(engine.changes) for t in c.boundary]
@@ -302,7 +302,7 @@ class _RewritesGate:
     :meth:`check`, which records it in ``info['float_rewrites']`` and raises when it fails."""
 
     def __init__(self, model, pre, rules, opts: FixOptions, info: dict, name: str):
-        from .verify import loosest
+        from .gate import loosest
 
         by_id = {r.id: r for r in rules}
         self.model, self.pre, self.opts, self.info, self.name = model, pre, opts, info, name
@@ -315,9 +315,9 @@ class _RewritesGate:
         info["float_rewrites"] = None  # its place among the report's keys, filled by check()
 
     def check(self, original_run=None):
-        """``original_run``: see :func:`~fixer.verify.verify` (the original's values from elsewhere)."""
+        """``original_run``: see :func:`~fixer.gate.verify` (the original's values from elsewhere)."""
         from .errors import VerificationError
-        from .verify import verify
+        from .gate import verify
 
         self.done = True
         pre = self.pre
@@ -409,7 +409,7 @@ def _check_user_files(opts: FixOptions, loaded: LoadedModel) -> None:
     """Check the data files the user named against the model, before any work: the ``--inputs`` .npz
     (array names, shapes and dtypes), the ``--calib`` data (its structure and first sample). The
     target profile and the rule folders are read (and checked) by their own loaders first."""
-    from .verify import check_inputs_npz
+    from .gate import check_inputs_npz
 
     if opts.inputs_npz:
         check_inputs_npz(opts.inputs_npz, loaded.model)
@@ -452,9 +452,9 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     from . import __version__
     from .deadline import stage
     from .engine import run_engine
-    from .model_io import save_model
+    from .outputs import save_model
     from .rules import load_rules, select_rules
-    from .verify import load_inputs_npz, loosest, verify
+    from .gate import load_inputs_npz, loosest, verify
 
     if opts.input_type not in ("int8", "uint8"):
         raise UsageError(f"--input-type must be int8 or uint8, not '{opts.input_type}'.")
@@ -492,7 +492,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         warnings.append("--quantize skipped: this is ST's own export (producer Cube.AI, *_OE_*), already "
                         "quantized by ST's front end with its parameters in a side _Q.json")
     elif opts.quantize:
-        from .model_io import refresh_shapes
+        from .shapes import refresh_shapes
 
         def calibrated(done: int, total: int) -> None:  # each sample is a stage of its own (--timeout)
             stage(f"quantization (onnxruntime calibration, after sample {done} of {total})")
@@ -629,7 +629,7 @@ def _engine_placed(engine) -> tuple | None:
 def _write_fix_reports(result: FixResult, opts: FixOptions, header_path: Path, report_path: Path) -> None:
     """The C header (when interface edges became integer) and the JSON report beside the model."""
     from .json_schema import dumps
-    from .model_io import atomic_write_text
+    from .outputs import atomic_write_text
 
     protect = _fix_inputs(opts, result.input)
     if result.written and result.engine.io_changes:
@@ -668,7 +668,7 @@ def _compile_before_after(result: FixResult, copts: CompileOptions,
                           on_line: Callable[[str, str], None] | None) -> CompileComparison:
     import tempfile
 
-    from .model_io import save_model
+    from .outputs import save_model
 
     import time
     from dataclasses import replace

@@ -114,7 +114,7 @@ def export_like(graph: ir.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
 
 def reinfer(model: onnx.ModelProto) -> onnx.ModelProto:
     """Refresh value_info after a rewrite (shape inference, plus an onnxruntime run where it gives up)."""
-    from .model_io import refresh_shapes
+    from .shapes import refresh_shapes
 
     return refresh_shapes(model)
 

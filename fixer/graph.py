@@ -25,6 +25,18 @@ QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
 _INTS = (int, np.integer)
 
 
+def quantized_ops(ops: Iterable[str]) -> bool:
+    """Whether any of the op types ``ops`` is a QuantizeLinear/DequantizeLinear or a QLinear op: the
+    one test of "is this model quantized?" (:func:`is_quantized`; placement's "model not quantized")."""
+    return any(op in QDQ_OPS or op.startswith("QLinear") for op in ops)
+
+
+def is_quantized(model: onnx.ModelProto) -> bool:
+    """Whether ``model``'s main graph has a QuantizeLinear/DequantizeLinear or QLinear op (a float
+    model has none: every op runs in SW on the NPU)."""
+    return quantized_ops(n.op_type for n in model.graph.node)
+
+
 @dataclass(frozen=True)
 class TensorInfo:
     name: str

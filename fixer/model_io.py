@@ -1,41 +1,34 @@
-"""Loading and saving ONNX models safely.
+"""Loading and validating ONNX models safely (and reading an ``--inputs`` .npz).
 
 Loading checks everything that would otherwise surface later as a traceback: the file exists and is
 an ONNX protobuf, external data stays inside the model's folder and exists, the default-domain opset
 is one nafix can reason about, the graph has no cycles, and every graph input has a static shape
-(pinned by the caller where the model leaves a dimension symbolic). Shapes are then inferred.
-
-Saving is atomic (temporary file + rename), refuses to write over the input model, switches to
-external data above the 2 GB protobuf limit, and clamps the IR version to what onnxruntime accepts.
+(pinned by the caller where the model leaves a dimension symbolic). Shapes are then inferred
+(:mod:`fixer.shapes`). Saving is :func:`fixer.outputs.save_model`.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 from collections import deque
 from dataclasses import dataclass, field
-from operator import methodcaller
 from pathlib import Path
 from typing import Mapping
 
 import onnx
 from google.protobuf.message import DecodeError
-from onnx import shape_inference
 
 from . import ir
 from .errors import InputError, UsageError
 from .importers.tflite import is_tflite
+from .protomirror import model_class, onnx_schema
+from .shapes import fill_shapes_by_running, infer_shapes
 
 log = logging.getLogger(__name__)
 
 #: Oldest default-domain opset nafix accepts (shape inference and operator semantics before it differ).
 MIN_OPSET = 7
-#: Newest IR version the supported onnxruntime releases load; recent onnx writes newer ones.
-MAX_RUNTIME_IR_VERSION = 10
-#: Protobuf refuses messages over 2 GiB: beyond this, weights go to an external data file.
-PROTOBUF_LIMIT = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -175,17 +168,17 @@ def load_model(
     # (sparse initializers are defined names to the checker, not to _check_references)
     if not ordered and not (clean and not len(model.graph.sparse_initializer) and _checker_checks_order()):
         _check_order(model.graph, p, scan)
-    # shape inference of a graph without subgraphs, functions or training graphs: _infer_apart
+    # shape inference of a graph without subgraphs, functions or training graphs: shapes._infer_apart
     flat = not scan.subgraphs and not len(model.functions) and not len(model.training_info)
     # (inference changes no node: the outputs whose shapes the probe wants are known already)
     produced = scan.produced()
     init_names = scan.init_names  # (inference keeps every initializer, by name)
     del data, scan  # the parsed model holds everything now: the file is not kept through shape inference
     static: list[set[str]] = []  # (the names inference typed with a static shape, when it says them)
-    model = _infer_shapes(model, p, warnings, weights_apart=flat, static_out=static)
+    model = infer_shapes(model, p, warnings, weights_apart=flat, static_out=static)
     if not any(d.pinned_to is None for d in dyn):
-        _fill_shapes_by_running(model, warnings, produced=produced, static=static[0] if static else None,
-                                initializers=init_names)
+        fill_shapes_by_running(model, warnings, produced=produced, static=static[0] if static else None,
+                               initializers=init_names)
     return LoadedModel(path=p, model=model, opset=opset, dynamic_dims=tuple(dyn), warnings=warnings,
                        imported=imported)
 
@@ -193,7 +186,6 @@ def load_model(
 _STRING, _STRINGS = onnx.AttributeProto.STRING, onnx.AttributeProto.STRINGS
 _GRAPH, _GRAPHS = onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS
 _EXTERNAL = onnx.TensorProto.EXTERNAL
-_HAS_DIM_VALUE = methodcaller("HasField", "dim_value")
 
 
 class _NodeScan:
@@ -276,25 +268,6 @@ class _NodeScan:
                 self._walk(g.node)
 
 
-def _onnx_schema():
-    """A copy of the ``onnx.proto`` file descriptor (to derive a mirror schema from) and the prefix
-    ``.<package>.`` of its message type names."""
-    from google.protobuf import descriptor_pb2
-
-    fdp = descriptor_pb2.FileDescriptorProto()
-    onnx.ModelProto.DESCRIPTOR.file.CopyToProto(fdp)
-    return fdp, "." + fdp.package + "."
-
-
-def _model_class(fdp):
-    """The ``ModelProto`` message class of the schema ``fdp``, in a descriptor pool of its own."""
-    from google.protobuf import descriptor_pool, message_factory
-
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(fdp)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(fdp.package + ".ModelProto"))
-
-
 _UTF8_MIRROR: list = []
 
 
@@ -312,7 +285,7 @@ def _utf8_mirror():
     cls = None
     try:
         from google.protobuf.message import DecodeError
-        fdp, old = _onnx_schema()
+        fdp, old = onnx_schema()
         fdp.package = "nafix_utf8." + fdp.package
         fdp.name = "nafix_utf8/" + fdp.name
         fdp.syntax = "proto3"
@@ -328,7 +301,7 @@ def _utf8_mirror():
                 to_proto3(m.nested_type)
 
         to_proto3(fdp.message_type)
-        mirror = _model_class(fdp)
+        mirror = model_class(fdp)
         probe = onnx.helper.make_model(onnx.helper.make_graph(
             [onnx.helper.make_node("Relu", ["x"], ["y"], name="NAFIXPROBE")], "g", [], []))
         good = probe.SerializeToString()
@@ -706,393 +679,6 @@ def _pin_input_shapes(
             else:
                 found.append(DynamicDim(name, axis, d.dim_param, None))
     return found
-
-
-def _infer_shapes(model: onnx.ModelProto, path: Path, warnings: list[str], *,
-                  weights_apart: bool = False, static_out: list | None = None) -> onnx.ModelProto:
-    """ONNX shape inference (data propagation on). ``weights_apart`` (a graph without subgraphs and
-    functions): :func:`_infer_apart`, the same result without copying the weights through it; there
-    ``static_out`` (a list) receives the set of value_info and output names inferred with a fully
-    static tensor shape, when that path could read them (see :func:`_unknown_shape_tensors`)."""
-    # Stale value_info from the exporter can contradict pinned inputs; inference recomputes it.
-    del model.graph.value_info[:]
-    for out in model.graph.output:
-        # Outputs keep their declared element type but drop symbolic dims so inference can fill them.
-        shape = out.type.tensor_type.shape
-        if any(not d.HasField("dim_value") for d in shape.dim):
-            out.type.tensor_type.ClearField("shape")
-    try:
-        if weights_apart:
-            return _infer_apart(model, static_out)
-        return shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-    except Exception as exc:  # noqa: BLE001 - inference errors on odd models must not abort an audit
-        warnings.append(f"shape inference failed ({str(exc).splitlines()[0]}); some shapes are unknown")
-        return model
-
-
-#: Initializers whose bytes :func:`_infer_apart` keeps out of shape inference: at least this large
-#: and not of an integer type shape arithmetic reads (inference reads the values of small int64/int32
-#: tensors only: Reshape targets, Slice bounds... and a few float scales, far below this size).
-_APART_MIN_BYTES = 4096
-_SHAPE_DATA_TYPES = (onnx.TensorProto.INT64, onnx.TensorProto.INT32)
-
-
-def _infer_apart(model: onnx.ModelProto, static_out: list | None = None) -> onnx.ModelProto:
-    """``infer_shapes(model)`` for a graph without subgraphs or functions, with the large weights'
-    bytes held apart: inference serializes the model, copies it in C++ and returns a new model, so
-    every weight byte was copied four times for shapes that never depend on them. Returns ``model``
-    itself with the inferred value_info and outputs (inference changes nothing else in such a graph;
-    tests/test_shape_fill.py compares the bytes with plain inference on every shared model).
-
-    Only the graph's outputs and value_info of what inference returns are read (:func:`_vi_mirror`:
-    the rest of the model is not parsed again) and merged into ``model`` as serialized; ``static_out``
-    (a list) then receives the names among them with a fully static tensor shape."""
-    held = []
-    for t in model.graph.initializer:
-        if t.data_type not in _SHAPE_DATA_TYPES:
-            data = t.raw_data
-            if len(data) >= _APART_MIN_BYTES:
-                held.append((t, data))
-                t.ClearField("raw_data")
-    mirror = _vi_mirror()
-    try:
-        if mirror is None:
-            inferred = shape_inference.infer_shapes(model, strict_mode=False, data_prop=True)
-        else:  # what shape_inference.infer_shapes runs, without parsing its answer into a new model
-            out = shape_inference.C.infer_shapes(model.SerializeToString(), False, False, True)
-    finally:
-        for t, data in held:
-            t.raw_data = data
-    g = model.graph
-    del g.value_info[:]
-    del g.output[:]
-    if mirror is None:
-        ig = inferred.graph
-        g.value_info.extend(ig.value_info)
-        g.output.extend(ig.output)
-        return model
-    typed = mirror.FromString(out)
-    if static_out is not None:
-        static_out.append(_static_names(typed.graph))
-    typed.DiscardUnknownFields()  # the graph's outputs and value_info alone (merging appends them)
-    model.MergeFromString(typed.SerializeToString())
-    return model
-
-
-_VI_MIRROR: list = []
-
-
-def _vi_mirror():
-    """A message class reading, of a serialized ``onnx.ModelProto``, only ``graph.output`` and
-    ``graph.value_info`` (every other field unknown to it), with a ValueInfoProto's ``type`` (and any
-    other sub-message field of it) kept as its serialized bytes; None where it cannot be built.
-
-    Serialized again (unknown fields discarded), it is a ModelProto holding those two lists alone,
-    field for field as read: merged into a model, it appends them. A self-test decides it is usable."""
-    if _VI_MIRROR:
-        return _VI_MIRROR[0]
-    cls = None
-    try:
-        from google.protobuf import descriptor_pb2
-
-        fdp, old = _onnx_schema()
-        lite = descriptor_pb2.FileDescriptorProto(name="nafix_vi/" + fdp.name, package="nafix_vi." + fdp.package,
-                                                  syntax="proto2")
-        keep = {"ModelProto": ("graph",), "GraphProto": ("output", "value_info"), "ValueInfoProto": None}
-        for m in fdp.message_type:
-            if m.name not in keep:
-                continue
-            nm = lite.message_type.add(name=m.name)
-            for f in m.field:
-                if keep[m.name] is not None and f.name not in keep[m.name]:
-                    continue
-                nf = nm.field.add()
-                nf.CopyFrom(f)
-                if m.name == "ValueInfoProto" and nf.type == nf.TYPE_MESSAGE:
-                    nf.type = nf.TYPE_BYTES  # the same wire format: kept as serialized
-                    nf.ClearField("type_name")
-                elif nf.type_name.startswith(old):
-                    nf.type_name = ".nafix_vi" + nf.type_name
-        mirror = _model_class(lite)
-        vi = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["value_info"].message_type
-        assert set(mirror.DESCRIPTOR.fields_by_name["graph"].message_type.fields_by_name["value_info"]
-                   .message_type.fields_by_name) == set(vi.fields_by_name)
-        # self-test: a model's outputs and value_info come back alone, byte for byte, and merge as extend() does
-        from onnx import helper
-
-        probe = helper.make_model(helper.make_graph(
-            [helper.make_node("Relu", ["x"], ["y"], name="n")], "g",
-            [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, "n"])],
-            [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 2], doc_string="d")],
-            value_info=[helper.make_tensor_value_info("z", onnx.TensorProto.INT8, None)]))
-        helper.set_model_props(probe, {"k": "v"})
-        probe.graph.value_info[0].metadata_props.add(key="a", value="b")
-        typed = mirror.FromString(probe.SerializeToString())
-        assert [(v.name, v.type) for v in typed.graph.output] == [("y", probe.graph.output[0].type.SerializeToString())]
-        typed.DiscardUnknownFields()
-        merged = onnx.ModelProto()
-        merged.MergeFromString(typed.SerializeToString())
-        want = onnx.ModelProto()
-        want.graph.output.extend(probe.graph.output)
-        want.graph.value_info.extend(probe.graph.value_info)
-        assert merged.SerializeToString() == want.SerializeToString()
-        # and the call _infer_apart makes answers as shape_inference.infer_shapes does
-        probe.opset_import[0].version = 13
-        probe.graph.output[0].type.tensor_type.ClearField("shape")
-        answer = mirror.FromString(shape_inference.C.infer_shapes(probe.SerializeToString(), False, False, True))
-        answer.DiscardUnknownFields()
-        inferred = shape_inference.infer_shapes(probe, strict_mode=False, data_prop=True)
-        want = onnx.ModelProto()
-        want.graph.output.extend(inferred.graph.output)
-        want.graph.value_info.extend(inferred.graph.value_info)
-        assert answer.SerializeToString() == want.SerializeToString()
-        assert len(inferred.graph.output[0].type.tensor_type.shape.dim) == 2  # (inference really typed it)
-        cls = mirror
-    except Exception:  # noqa: BLE001 - any trouble: inference's answer is parsed as a whole model
-        log.debug("no value_info mirror; inference's answer is parsed as a model", exc_info=True)
-        cls = None
-    _VI_MIRROR.append(cls)
-    return cls
-
-
-def _static_names(graph) -> set[str]:
-    """The names of ``graph``'s value_info and outputs (of :func:`_vi_mirror`: types as bytes) whose
-    tensor shape is fully static, each distinct type decoded once."""
-    static: dict[bytes, bool] = {}
-    names = set()
-    for vi in itertools.chain(graph.value_info, graph.output):
-        key = vi.type
-        ok = static.get(key)
-        if ok is None:
-            tt = onnx.TypeProto.FromString(key).tensor_type
-            ok = static[key] = tt.HasField("shape") and all(map(_HAS_DIM_VALUE, tt.shape.dim))
-        if ok:
-            names.add(vi.name)
-    return names
-
-
-def refresh_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Recompute value_info after a rewrite: ONNX shape inference, then (where it gives up on contrib
-    ops or shape arithmetic) one onnxruntime run, as at load time."""
-    warnings: list[str] = []
-    model = _infer_shapes(model, Path("<rewritten>"), warnings)
-    _fill_shapes_by_running(model, warnings)
-    for w in warnings:
-        log.debug("after rewrite: %s", w)
-    return model
-
-
-def _unknown_shape_tensors(model: onnx.ModelProto, produced: list[str] | None = None,
-                           static: set[str] | None = None, initializers: set[str] | None = None) -> list[str]:
-    """Outputs of non-Constant nodes without a fully static shape in value_info, outputs or inputs
-    (``produced``: those outputs' names, in node order, when the caller has them; ``static``: the
-    value_info and output names with a fully static shape, when the caller has them: the inputs are
-    still read here; ``initializers``: the initializers' names, when the caller has them)."""
-    g = model.graph
-    known = set(initializers) if initializers is not None else {t.name for t in g.initializer}
-    static_of: dict[bytes, bool] = {}  # serialized TensorTypeProto -> fully static (few distinct per graph)
-    if static is not None:
-        known |= static
-    for vi in (g.input if static is not None else itertools.chain(g.value_info, g.output, g.input)):
-        tt = vi.type.tensor_type
-        key = tt.SerializeToString()
-        ok = static_of.get(key)
-        if ok is None:
-            ok = static_of[key] = tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim)
-        if ok:
-            known.add(vi.name)
-    if produced is None:
-        produced = [o for node in g.node if node.op_type != "Constant" for o in node.output if o]
-    if known.issuperset(produced):
-        return []  # (the common case, decided in C)
-    return [o for o in produced if o not in known]
-
-
-def _fill_shapes_by_running(model: onnx.ModelProto, warnings: list[str], *, produced: list[str] | None = None,
-                            static: set[str] | None = None, initializers: set[str] | None = None) -> None:
-    """Where ONNX shape inference gives up (contrib ops, shape arithmetic), run the model once in
-    onnxruntime on seeded data and record the shapes and types it actually produced (``produced``,
-    ``static``, ``initializers``: as for :func:`_unknown_shape_tensors`)."""
-    missing = _unknown_shape_tensors(model, produced, static, initializers)
-    if not missing:
-        return
-    # First without running anything: shape arithmetic folded and com.microsoft shape rules (exact
-    # static shapes or nothing; fixer.shape_fill). The run below stays for what that leaves unknown.
-    from .shape_fill import infer_missing
-
-    found = infer_missing(model, missing)
-    if found is not None:
-        model.graph.value_info.extend(found)
-        return
-    import numpy as np
-    import onnxruntime as ort
-    from onnx import helper
-
-    probe = onnx.ModelProto()
-    probe.CopyFrom(prepare_for_runtime(model))
-    declared = {o.name for o in probe.graph.output}
-    for name in missing:
-        if name not in declared:
-            probe.graph.output.append(helper.ValueInfoProto(name=name))
-    try:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        opts.log_severity_level = 3
-        # one thread: the probe only reads shapes and element types, and a thread pool (spinning while
-        # the run lasts) cost more to start than it saved: 5 probed shared models 0.15 -> 0.07 s
-        opts.intra_op_num_threads = 1
-        sess = runtime_session(probe.SerializeToString(), opts, initializers=runtime_initializers(probe))
-        rng = np.random.default_rng(0)
-        feeds = {}
-        for i in sess.get_inputs():
-            shape = [d if isinstance(d, int) else 1 for d in i.shape]
-            feeds[i.name] = _random_input(rng, i.type, shape)
-        names = [o.name for o in sess.get_outputs()]
-        values = sess.run(names, feeds)
-    except Exception as exc:  # noqa: BLE001 - a model ORT cannot run keeps its unknown shapes
-        warnings.append(f"{len(missing)} tensor shape(s) unknown; onnxruntime could not run the model to find them ({str(exc).splitlines()[0][:120]})")
-        return
-    from onnx import numpy_helper  # noqa: F401  (keeps helper import local)
-
-    by_name = dict(zip(names, values))
-    for name in missing:
-        v = by_name.get(name)
-        if v is None or not hasattr(v, "shape"):
-            continue
-        elem = helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype)
-        model.graph.value_info.append(helper.make_tensor_value_info(name, elem, list(np.asarray(v).shape)))
-
-
-def _random_input(rng, type_str: str, shape: list[int]):
-    import numpy as np
-
-    kind = type_str[len("tensor("):-1] if type_str.startswith("tensor(") else "float"
-    dtype = {"float": np.float32, "double": np.float64, "float16": np.float16, "int8": np.int8,
-             "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-             "bool": np.bool_}.get(kind, np.float32)
-    if np.dtype(dtype).kind == "f":
-        return rng.random(shape, dtype=np.float64).astype(dtype)
-    if dtype is np.bool_:
-        return rng.integers(0, 2, shape).astype(np.bool_)
-    info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -128), min(info.max, 127) + 1, shape).astype(dtype)
-
-
-#: From this many initializers (Constant nodes of the main graph count: onnxruntime turns them into
-#: initializers), :func:`runtime_session` creates a session through the path that keeps them in its
-#: graph. Below it, saving the copy costs more than the search it avoids (measured on onnxruntime
-#: 1.32: 5,000 initializers +5%, 10,000 -27%, 49,247 -44% of the session's creation).
-MANY_INITIALIZERS = 10_000
-
-
-def runtime_initializers(model: onnx.ModelProto) -> int:
-    """The initializers onnxruntime holds for ``model``'s main graph: its initializers and Constant nodes."""
-    g = model.graph
-    return len(g.initializer) + sum(1 for n in g.node if n.op_type == "Constant" and not n.domain)
-
-
-def runtime_session(data: bytes, opts, *, initializers: int):
-    """An onnxruntime CPU session of the serialized model ``data`` with session options ``opts``.
-
-    onnxruntime moves each initializer out of the graph as it hands it to the session, finding it by
-    name in the graph's initializer list each time: quadratic in their number (onnxruntime 1.32, a
-    QDQ chain of 49,247 initializers: 1.8 s of the session's 3.7 s, 63x the 4,925-initializer
-    chain's). A session that saves its optimized model keeps the initializers in its graph and skips
-    that step. From ``MANY_INITIALIZERS`` ``initializers`` on, the session is created so, the copy
-    written in a temporary directory deleted right after; the graph that runs is the same (the same
-    ``opts``: optimization level and transformers), so are its outputs. The graph's copy of the
-    initializers stays while the session lives. Should that path fail (no room for the copy, a
-    graph onnxruntime cannot save), the session is created as usual, and its error, if any, is the
-    one the caller sees."""
-    import onnxruntime as ort
-
-    providers = ["CPUExecutionProvider"]
-    if initializers >= MANY_INITIALIZERS and not opts.optimized_model_filepath:
-        import tempfile
-
-        try:
-            with tempfile.TemporaryDirectory(prefix="nafix-ort-") as tmp:
-                opts.optimized_model_filepath = os.path.join(tmp, "session.onnx")
-                try:
-                    return ort.InferenceSession(data, opts, providers=providers)
-                finally:
-                    opts.optimized_model_filepath = ""
-        except Exception:  # noqa: BLE001 - this path is only faster: the usual session decides
-            log.debug("onnxruntime session keeping its initializers failed; creating it as usual")
-    return ort.InferenceSession(data, opts, providers=providers)
-
-
-def prepare_for_runtime(model: onnx.ModelProto) -> onnx.ModelProto:
-    """Return ``model`` with an IR version onnxruntime accepts (recent onnx writes newer ones)."""
-    if model.ir_version > MAX_RUNTIME_IR_VERSION:
-        model = _copy(model)
-        model.ir_version = MAX_RUNTIME_IR_VERSION
-    return model
-
-
-def _copy(model: onnx.ModelProto) -> onnx.ModelProto:
-    clone = onnx.ModelProto()
-    clone.CopyFrom(model)
-    return clone
-
-
-def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = (),
-               force: bool = False) -> Path:
-    """Write ``model`` to ``path`` through :mod:`fixer.outputs` (atomic, never over a path in
-    ``protect`` (the inputs), over a file nafix did not write only with ``force``).
-
-    Models over the protobuf limit are written with their weights in ``<name>.data`` beside them
-    (that file follows the same rules).
-    """
-    from .outputs import MODEL, atomic_path, check_output
-
-    out = Path(path)
-    model = prepare_for_runtime(model)
-    if model.ByteSize() <= PROTOBUF_LIMIT:
-        with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
-            with open(tmp, "wb") as fh:
-                fh.write(model.SerializeToString())
-        return out
-    data_name = out.name + ".data"
-    data_path = out.with_name(data_name)
-    if data_path.exists() and not force:
-        from .outputs import written_by_nafix
-
-        if written_by_nafix(out) != MODEL:  # the .data beside a nafix model is nafix's too
-            check_output(data_path, kind=MODEL, force=force, protected=protect, what="external data")
-    check_output(data_path, kind=MODEL, force=True, protected=protect, what="external data")
-    with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
-        with atomic_path(data_path, kind=MODEL, force=True, protected=protect, what="external data") as data_tmp:
-            # onnx writes the weights to the location beside the model file: write them under the
-            # temporary name (onnx creates that file itself), then the renames make the pair appear
-            data_tmp.unlink()
-            # onnx moves the weights of the proto it saves out to the file: save a copy, not the caller's
-            onnx.save_model(_copy(model), str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
-                            location=data_tmp.name, size_threshold=1024)
-            _relocate_external_data(tmp, data_name)
-    return out
-
-
-def _relocate_external_data(model_file: Path, location: str) -> None:
-    """Point every external tensor of the saved ``model_file`` at ``location`` (its final name)."""
-    m = onnx.load(str(model_file), load_external_data=False)
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    for t in _get_all_tensors(m):
-        if uses_external_data(t):
-            for e in t.external_data:
-                if e.key == "location":
-                    e.value = location
-    with open(model_file, "wb") as fh:
-        fh.write(m.SerializeToString())
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str, *, force: bool = False,
-                      protect: tuple[Path, ...] = ()) -> Path:
-    """Write the report ``text`` to ``path`` through :func:`fixer.outputs.write_output`."""
-    from .outputs import REPORT, write_output
-
-    return write_output(path, text, kind=REPORT, force=force, protected=protect)
 
 
 #: The first bytes of an .npz (a zip archive) and of a single .npy array.

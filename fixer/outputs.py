@@ -34,9 +34,13 @@ import signal
 import stat
 import threading
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .errors import OutputError
+from .runtime import model_copy, prepare_for_runtime
+
+if TYPE_CHECKING:
+    import onnx
 
 #: The kinds of file nafix writes: an existing output is replaced without ``force`` only by one of
 #: the same kind.
@@ -296,3 +300,66 @@ def _sigterm_cleanup() -> Iterator[None]:
         if installed:
             with contextlib.suppress(ValueError, OSError):
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+# ---------------------------------------------------------------------------------------------------
+# models and reports
+
+#: Protobuf refuses messages over 2 GiB: beyond this, weights go to an external data file.
+PROTOBUF_LIMIT = 2**31 - 1
+
+
+def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect: tuple[Path, ...] = (),
+               force: bool = False) -> Path:
+    """Write ``model`` to ``path`` through :func:`atomic_path` (atomic, never over a path in
+    ``protect`` (the inputs), over a file nafix did not write only with ``force``).
+
+    Models over the protobuf limit are written with their weights in ``<name>.data`` beside them
+    (that file follows the same rules).
+    """
+    import onnx
+
+    out = Path(path)
+    model = prepare_for_runtime(model)
+    if model.ByteSize() <= PROTOBUF_LIMIT:
+        with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
+            with open(tmp, "wb") as fh:
+                fh.write(model.SerializeToString())
+        return out
+    data_name = out.name + ".data"
+    data_path = out.with_name(data_name)
+    if data_path.exists() and not force:
+        if written_by_nafix(out) != MODEL:  # the .data beside a nafix model is nafix's too
+            check_output(data_path, kind=MODEL, force=force, protected=protect, what="external data")
+    check_output(data_path, kind=MODEL, force=True, protected=protect, what="external data")
+    with atomic_path(out, kind=MODEL, force=force, protected=protect, what="model") as tmp:
+        with atomic_path(data_path, kind=MODEL, force=True, protected=protect, what="external data") as data_tmp:
+            # onnx writes the weights to the location beside the model file: write them under the
+            # temporary name (onnx creates that file itself), then the renames make the pair appear
+            data_tmp.unlink()
+            # onnx moves the weights of the proto it saves out to the file: save a copy, not the caller's
+            onnx.save_model(model_copy(model), str(tmp), save_as_external_data=True, all_tensors_to_one_file=True,
+                            location=data_tmp.name, size_threshold=1024)
+            _relocate_external_data(tmp, data_name)
+    return out
+
+
+def _relocate_external_data(model_file: Path, location: str) -> None:
+    """Point every external tensor of the saved ``model_file`` at ``location`` (its final name)."""
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    m = onnx.load(str(model_file), load_external_data=False)
+    for t in _get_all_tensors(m):
+        if uses_external_data(t):
+            for e in t.external_data:
+                if e.key == "location":
+                    e.value = location
+    with open(model_file, "wb") as fh:
+        fh.write(m.SerializeToString())
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, force: bool = False,
+                      protect: tuple[Path, ...] = ()) -> Path:
+    """Write the report ``text`` to ``path`` through :func:`write_output`."""
+    return write_output(path, text, kind=REPORT, force=force, protected=protect)

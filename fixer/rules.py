@@ -17,14 +17,12 @@ from typing import Any, Iterable, Mapping, Sequence
 
 
 from .errors import RuleError, UsageError, read_yaml
+from .gate.contracts import CONTRACTS, VerifyContract
 from .predicates import PREDICATES
 from .rewriters import REWRITERS, load_all
 
 ID_RE = re.compile(r"^[A-Z]{3}\d{3}$")
 NAME_RE = re.compile(r"^[a-z0-9]+(-[a-z0-9]+)*$")
-CONTRACTS = ("exact", "lsb", "tolerance", "ranking")
-#: Looser contracts come later: the gate for a model uses the loosest contract among applied rules.
-CONTRACT_ORDER = {c: i for i, c in enumerate(CONTRACTS)}
 TOP_KEYS = {"id", "name", "summary", "why", "references", "fixes", "match", "rewrite", "verify", "opt_in"}
 REQUIRED = ("id", "name", "summary", "why", "references", "fixes", "match", "rewrite", "verify")
 #: Reason ids that placement gives besides the registered constraints.
@@ -36,23 +34,6 @@ PLACEMENT_REASONS = ("graph_edge_quantize", "graph_edge_dequantize", "float_isla
 class Condition:
     predicate: str
     params: Mapping[str, Any]
-
-
-@dataclass(frozen=True)
-class VerifyContract:
-    contract: str = "exact"
-    rtol: float = 1e-5
-    atol: float = 0.0
-    lsb: float = 1.0
-
-    def describe(self) -> str:
-        if self.contract == "exact":
-            return "bit-exact"
-        if self.contract == "lsb":
-            return f"within {self.lsb:g} LSB of the output quantization"
-        if self.contract == "tolerance":
-            return f"max abs error <= {self.rtol:g} x output range + {self.atol:g}"
-        return "argmax and ranking preserved"
 
 
 @dataclass(frozen=True)

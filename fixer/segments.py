@@ -2,7 +2,7 @@
 
 Making an onnxruntime session costs more than linear time in the graph's size (onnxruntime 1.32, a
 QDQ conv chain without graph optimizations: 0.11 s for 3,141 nodes, 2.4 s for 31,404 even with the
-initializers kept in place, :func:`fixer.model_io.runtime_session`; the rest is spread over its
+initializers kept in place, :func:`fixer.runtime.runtime_session`; the rest is spread over its
 graph resolution, planning and allocator). A graph of :data:`SEGMENT_FROM` nodes or more is cut, in
 topological order, into segments of about :data:`SEGMENT_NODES` nodes; each is a model of its own
 (its nodes, the initializers they read, the value_info of what they make) whose inputs are the

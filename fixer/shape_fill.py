@@ -9,7 +9,7 @@ gives the supported ``com.microsoft`` operators nafix's own shape rules (schemas
 used only on the copy) and runs ONNX inference again, a few rounds while that makes progress.
 
 It answers only when every asked-for tensor ends with a fully static shape; otherwise the caller
-runs the model in onnxruntime as before (``model_io._fill_shapes_by_running``), so a model this
+runs the model in onnxruntime as before (``shapes.fill_shapes_by_running``), so a model this
 cannot resolve is treated exactly as it was. tests/test_shape_fill.py compares its shapes and
 element types with what onnxruntime actually produces.
 """
@@ -44,7 +44,7 @@ def _infer_missing(model: onnx.ModelProto, missing: list[str]) -> list[onnx.Valu
     work = onnx.ModelProto()
     work.CopyFrom(model)
     g = work.graph
-    for t in g.initializer:  # the copy's large weights are never read here nor by inference (model_io._infer_apart)
+    for t in g.initializer:  # the copy's large weights are never read here nor by inference (shapes._infer_apart)
         if t.data_type not in _INT and len(t.raw_data) >= 4096:
             t.ClearField("raw_data")
     ruled = _rule_nodes(work)

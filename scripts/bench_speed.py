@@ -206,8 +206,8 @@ AUDIT_STAGES = (
     ("fixer.model_io", "_check_acyclic", "cycle check"),
     ("fixer.model_io", "_check_references", "reference check"),
     ("onnx.checker", "check_model", "onnx checker"),
-    ("fixer.model_io", "_infer_shapes", "onnx shape inference"),
-    ("fixer.model_io", "_fill_shapes_by_running", "unknown shapes (shape_fill, else onnxruntime)"),
+    ("fixer.shapes", "infer_shapes", "onnx shape inference"),
+    ("fixer.shapes", "fill_shapes_by_running", "unknown shapes (shape_fill, else onnxruntime)"),
     ("fixer.api", "load_model", "= load total"),
     ("fixer.analysis", "GraphView", "graph import"),
     ("fixer.analysis", "quant_domain", "quantization domain"),
@@ -222,7 +222,7 @@ AUDIT_STAGES = (
 #: onnxruntime sessions beside it, and what the main thread waits for them shows in its stage).
 #: Functions are also timed where another nafix module imported them by name.
 FIX_STAGES = (
-    ("fixer.model_io", "_infer_shapes", "onnx shape inference"),
+    ("fixer.shapes", "infer_shapes", "onnx shape inference"),
     ("fixer.model_io", "load_model", "= load"),
     ("fixer.graph", "GraphView.__init__", "graph import"),
     ("fixer.npu.placement", "place", "placement"),
@@ -232,9 +232,9 @@ FIX_STAGES = (
     ("fixer.segments", "plan", "segment plans"),
     ("fixer.segments", "_Parts.__init__", "segment parts"),
     ("fixer.segments", "SegmentedSession.__init__", "segment models"),
-    ("fixer.verify", "proven_equal", "local proofs"),
-    ("fixer.verify", "rewritten_part", "rewritten parts"),
-    ("fixer.verify", "verify", "= gate"),
+    ("fixer.gate.parts", "proven_equal", "local proofs"),
+    ("fixer.gate.parts", "rewritten_part", "rewritten parts"),
+    ("fixer.gate.check", "verify", "= gate"),
 )
 
 

@@ -13,7 +13,7 @@ import pytest
 
 import fixer.quantize.calibration as calibration
 import fixer.randomdata as randomdata
-import fixer.verify as verify
+import fixer.gate.inputs as gate_inputs
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench_speed.py"
 DRAW = (("fixer.randomdata", "uniform", "draw"),)
@@ -32,28 +32,28 @@ def _draw(module) -> None:
 
 
 def test_counts_a_function_where_another_module_imported_it(bench):
-    # verify imported uniform by name: a call through that name is the stage's too
-    assert bench._stage_times(DRAW, lambda: _draw(verify), 2).keys() == {"draw"}
+    # fixer.gate.inputs imported uniform by name: a call through that name is the stage's too
+    assert bench._stage_times(DRAW, lambda: _draw(gate_inputs), 2).keys() == {"draw"}
     assert bench._stage_times(DRAW, lambda: None, 2) == {}
 
 
 def test_leaves_the_functions_as_they_were(bench):
-    before = (randomdata.uniform, verify.uniform, calibration.uniform)
+    before = (randomdata.uniform, gate_inputs.uniform, calibration.uniform)
     inside = []
 
     def run():
-        inside.append((randomdata.uniform, verify.uniform, calibration.uniform))
+        inside.append((randomdata.uniform, gate_inputs.uniform, calibration.uniform))
 
     bench._stage_times(DRAW, run, 1)
     assert all(a is not b for a, b in zip(inside[0], before))  # all three names were wrapped
-    assert (randomdata.uniform, verify.uniform, calibration.uniform) == before
+    assert (randomdata.uniform, gate_inputs.uniform, calibration.uniform) == before
 
     def failing():
         raise RuntimeError("boom")
 
     with pytest.raises(RuntimeError):
         bench._stage_times(DRAW, failing, 1)
-    assert (randomdata.uniform, verify.uniform, calibration.uniform) == before
+    assert (randomdata.uniform, gate_inputs.uniform, calibration.uniform) == before
 
 
 def test_other_threads_and_missing_stages_are_not_counted(bench):
@@ -63,7 +63,7 @@ def test_other_threads_and_missing_stages_are_not_counted(bench):
         t.join()
 
     stages = DRAW + (("fixer.randomdata", "no_such_function", "missing"),
-                     ("fixer.verify", "NoSuchClass.method", "missing too"))
+                     ("fixer.gate.inputs", "NoSuchClass.method", "missing too"))
     assert bench._stage_times(stages, run, 2) == {}
 
 

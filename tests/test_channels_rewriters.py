@@ -20,7 +20,7 @@ from fixer.npu.profile import load_profile
 from fixer.rewriters import REWRITERS, load_all
 from fixer.rewriters.channels import chunk_sizes, padded_count
 from fixer.rules import VerifyContract, load_rules
-from fixer.verify import make_inputs, verify
+from fixer.gate import make_inputs, verify
 from tests.builders import build
 
 ROOT = Path(__file__).resolve().parents[1]

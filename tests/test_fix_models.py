@@ -100,7 +100,7 @@ def test_movenet_like_float_never_worse_and_rewrites_within_1e5(tmp_path):
     The rewrites themselves (as --quantize runs them, unguarded) stay within 1e-5."""
     from fixer.engine import FLOAT_GUARD_REASON, run_engine
     from fixer.rules import load_rules
-    from fixer.verify import verify
+    from fixer.gate import verify
 
     r = _fix(tmp_path, "movenet_like_float", select=("NAF003",))
     assert not r.engine.changes and not r.written

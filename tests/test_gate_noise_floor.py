@@ -14,8 +14,11 @@ from fixer.api import FixOptions, boundary_checks, change_contracts, fix
 from fixer.engine import run_engine
 from fixer.npu.profile import load_profile
 from fixer.rules import load_rules
-from fixer import verify as verify_mod
-from fixer.verify import PROPAGATED_MIN_COSINE, verify
+import fixer.gate.check as gate_check
+import fixer.gate.noise as gate_noise
+import fixer.gate.parts as gate_parts
+import fixer.gate.runs as gate_runs
+from fixer.gate import PROPAGATED_MIN_COSINE, verify
 from tests.builders import guard as builders
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +66,7 @@ def test_a_wrong_rewrite_the_old_criterion_passed_on_a_sparse_output_is_rejected
     (o,) = wrong.outputs
     # what the old gate looked at: every rewritten node within 1 LSB, a sparse output >= 99 % within 1 LSB
     assert b.ok and b.max_abs_error <= 1
-    sparse = np.mean(np.concatenate([verify_mod.session(model).run(None, f)[0].ravel() for f in feeds]) == 0)
+    sparse = np.mean(np.concatenate([gate_runs.session(model).run(None, f)[0].ravel() for f in feeds]) == 0)
     assert sparse > 0.95
     assert o.within_one_lsb_fraction >= OLD_MIN_WITHIN_ONE_LSB and o.cosine < PROPAGATED_MIN_COSINE
     # the noise floor sees it: rounding noise at the same rate moves the output far less
@@ -78,10 +81,10 @@ def test_noise_injection_changes_only_the_named_tensor_by_one_step():
     model = builders.sparse_heatmaps(threshold=3.25)
     t = next(n.output[0] for n in model.graph.node if n.op_type == "QuantizeLinear"
              and any(r.op_type == "Resize" and r.output[0] == n.input[0] for r in model.graph.node))
-    noisy, inputs = verify_mod._with_noise(verify_mod._with_outputs(model, [t]), {t: np.dtype(np.int8)})
+    noisy, inputs = gate_noise._with_noise(gate_runs._with_outputs(model, [t]), {t: np.dtype(np.int8)})
     feed = _feeds(1)[0]
-    base = verify_mod.session(verify_mod._with_outputs(model, [t])).run([t], feed)[0]
-    sess = verify_mod.session(verify_mod._with_outputs(noisy, [t + "__nafix_noisy"]))
+    base = gate_runs.session(gate_runs._with_outputs(model, [t])).run([t], feed)[0]
+    sess = gate_runs.session(gate_runs._with_outputs(noisy, [t + "__nafix_noisy"]))
     zero = sess.run([t + "__nafix_noisy"], {**feed, inputs[t]: np.zeros(base.shape, np.float32)})[0]
     plus = sess.run([t + "__nafix_noisy"], {**feed, inputs[t]: np.ones(base.shape, np.float32)})[0]
     assert np.array_equal(zero, base)
@@ -93,13 +96,13 @@ def test_the_gate_uses_one_session_per_model_variant(monkeypatch):
     res = run_engine(model, [RULES["NAF001"]], profile=PROFILE)
     assert len(res.changes) == 2
     made = []
-    real = verify_mod.begin_session  # every session of the gate begins there
-    monkeypatch.setattr(verify_mod, "begin_session", lambda m, **k: made.append(m) or real(m, **k))
+    real = gate_runs.begin_session  # every session of the gate begins there
+    monkeypatch.setattr(gate_runs, "begin_session", lambda m, **k: made.append(m) or real(m, **k))
     v = verify(model, res.model, contract=RULES["NAF001"].verify, rules=["NAF001"],
                boundaries=boundary_checks(res, change_contracts(res, RULES)), samples=3)
     assert v.ok and len(v.boundaries) == 2
-    assert len(made) == 2  # original; fixed with the isolated regions together (verify._WholeRun)
-    assert sum(1 for i in made[1].graph.input if i.name.endswith(verify_mod.REGION)) > 0
+    assert len(made) == 2  # original; fixed with the isolated regions together (gate.parts._WholeRun)
+    assert sum(1 for i in made[1].graph.input if i.name.endswith(gate_parts.REGION)) > 0
 
 
 @pytest.mark.skipif(not MOVENET.is_file(), reason="../shared/models (ST MoveNet) is absent")
@@ -121,14 +124,14 @@ def test_the_noise_floor_runs_only_the_layers_below_the_rewritten_nodes_and_meas
     checks = boundary_checks(res, change_contracts(res, RULES))
     wrong = _off_by_half_a_step(res.model, model)
     made = []
-    real = verify_mod.begin_session  # every session of the gate begins there
-    monkeypatch.setattr(verify_mod, "begin_session", lambda m, **k: made.append(m) or real(m, **k))
+    real = gate_runs.begin_session  # every session of the gate begins there
+    monkeypatch.setattr(gate_runs, "begin_session", lambda m, **k: made.append(m) or real(m, **k))
     part = verify(model, wrong, contract=RULES["NAF003"].verify, rules=["NAF003"], boundaries=checks, inputs=feeds)
     noisy = [m for m in made if any(i.name.endswith("__nafix_noise") for i in m.graph.input)]
     assert len(noisy) == 1 and len(noisy[0].graph.node) < len(model.graph.node)  # the layers above are not run
     assert not any(n.op_type == "Resize" for n in noisy[0].graph.node)
     # the whole model with the noise, as before: the same figures to the last bit, the same verdict
-    monkeypatch.setattr(verify_mod, "_downstream", lambda m, t: None)
+    monkeypatch.setattr(gate_check, "_downstream", lambda m, t: None)
     made.clear()
     whole = verify(model, wrong, contract=RULES["NAF003"].verify, rules=["NAF003"], boundaries=checks, inputs=feeds)
     noisy = [m for m in made if any(i.name.endswith("__nafix_noise") for i in m.graph.input)]

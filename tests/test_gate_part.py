@@ -10,7 +10,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fixer import verify as verify_mod
+import fixer.gate.check as gate_check
+import fixer.gate.contracts as gate_contracts
+import fixer.gate.parts as gate_parts
+import fixer.gate.runs as gate_runs
 from fixer.api import FixOptions, fix
 from fixer.rewriters import IoChange
 
@@ -21,24 +24,24 @@ SAMPLES = sorted(p for p in (ROOT / "sample_models").glob("*.onnx"))
 @pytest.fixture(autouse=True)
 def _any_part(monkeypatch):
     """Parts of any size (the real threshold keeps small models whole, for speed only)."""
-    monkeypatch.setattr(verify_mod, "PART_MAX_FRACTION", 1.0)
+    monkeypatch.setattr(gate_parts, "PART_MAX_FRACTION", 1.0)
 
 
 def _spy(monkeypatch):
     """Wrap the part's runs: each one also runs the whole fixed model on the same feed; returns the
     list of (names, whole-model values, part values) per input set."""
     seen = []
-    real = verify_mod._PartRun.run
+    real = gate_parts._PartRun.run
 
     def run(self, ffeed, vals):
         got = real(self, ffeed, vals)
         if not hasattr(self, "_whole"):
-            self._whole = verify_mod.session(verify_mod._with_outputs(self.fixed, self.names))
+            self._whole = gate_runs.session(gate_runs._with_outputs(self.fixed, self.names))
         seen.append((list(self.names), self._whole.run(self.names, dict(ffeed)), got,
                      len(self.fp.part.model.graph.node), len(self.fixed.graph.node)))
         return got
 
-    monkeypatch.setattr(verify_mod._PartRun, "run", run)
+    monkeypatch.setattr(gate_parts._PartRun, "run", run)
     return seen
 
 
@@ -75,30 +78,30 @@ def _chain(scale_b=0.5, alpha=0.1):
 
 def test_proven_only_identical_nodes_on_proven_inputs():
     orig = _chain()
-    same, rest = verify_mod.proven_equal(orig, _chain(), {})
+    same, rest = gate_parts.proven_equal(orig, _chain(), {})
     assert not rest and {"x", "a", "b", "t1", "t2", "y"} <= same
     # a changed attribute: that node and everything below it is not proven
-    same, rest = verify_mod.proven_equal(orig, _chain(alpha=0.2), {})
+    same, rest = gate_parts.proven_equal(orig, _chain(alpha=0.2), {})
     assert [n.name for n in rest] == ["lr", "m2"] and "t1" in same and not {"t2", "y"} & same
     # a changed initializer: its reader is not proven
-    same, rest = verify_mod.proven_equal(orig, _chain(scale_b=0.25), {})
+    same, rest = gate_parts.proven_equal(orig, _chain(scale_b=0.25), {})
     assert [n.name for n in rest] == ["m2"] and "b" not in same and "t2" in same
     # an input whose interface a rule changed: nothing that reads it is proven
     ch = IoChange("x", "input", "int8", 0.1, 0, "float32")
-    same, rest = verify_mod.proven_equal(orig, _chain(), {"x": ch})
+    same, rest = gate_parts.proven_equal(orig, _chain(), {"x": ch})
     assert len(rest) == 3 and "x" not in same
 
 
 def test_the_part_is_fed_the_originals_values_at_its_frontier():
-    fp = verify_mod.fixed_part(_chain(), _chain(alpha=0.2), {}, ["y", "t1"])
+    fp = gate_parts.fixed_part(_chain(), _chain(alpha=0.2), {}, ["y", "t1"])
     assert fp is not None and fp.frontier == ("t1",)
     assert [n.name for n in fp.part.model.graph.node] == ["lr", "m2"]
 
 
 def test_a_part_of_most_of_the_model_runs_the_whole_model(monkeypatch):
-    monkeypatch.setattr(verify_mod, "PART_MAX_FRACTION", 0.5)
-    assert verify_mod.fixed_part(_chain(), _chain(alpha=0.2), {}, ["y", "t1"]) is None  # 2 of 3 nodes
-    assert verify_mod.fixed_part(_chain(), _chain(scale_b=0.25), {}, ["y", "t1"]) is not None  # 1 of 3
+    monkeypatch.setattr(gate_parts, "PART_MAX_FRACTION", 0.5)
+    assert gate_parts.fixed_part(_chain(), _chain(alpha=0.2), {}, ["y", "t1"]) is None  # 2 of 3 nodes
+    assert gate_parts.fixed_part(_chain(), _chain(scale_b=0.25), {}, ["y", "t1"]) is not None  # 1 of 3
 
 
 def test_no_part_with_subgraphs_or_when_nothing_is_proven():
@@ -109,16 +112,16 @@ def test_no_part_with_subgraphs_or_when_nothing_is_proven():
     with_if.CopyFrom(orig)
     with_if.graph.initializer.append(numpy_helper.from_array(np.array(True), "c"))
     with_if.graph.node.append(helper.make_node("If", ["c"], ["z"], then_branch=sub, else_branch=sub))
-    assert verify_mod.proven_equal(orig, with_if, {}) is None
+    assert gate_parts.proven_equal(orig, with_if, {}) is None
     ch = IoChange("x", "input", "int8", 0.1, 0, "float32")
-    assert verify_mod.fixed_part(orig, _chain(alpha=0.2), {"x": ch}, ["y", "t1"]) is None
+    assert gate_parts.fixed_part(orig, _chain(alpha=0.2), {"x": ch}, ["y", "t1"]) is None
 
 
 def test_a_wrong_rewrite_below_the_frontier_is_still_rejected():
     orig = _chain()
-    v = verify_mod.verify(orig, _chain(alpha=0.2), contract=verify_mod.VerifyContract("exact"), rules=["X"])
+    v = gate_check.verify(orig, _chain(alpha=0.2), contract=gate_contracts.VerifyContract("exact"), rules=["X"])
     assert not v.ok and [o.name for o in v.outputs if not o.ok] == ["y"]
-    v = verify_mod.verify(orig, _chain(), contract=verify_mod.VerifyContract("exact"), rules=["X"])
+    v = gate_check.verify(orig, _chain(), contract=gate_contracts.VerifyContract("exact"), rules=["X"])
     assert v.ok
 
 
@@ -127,5 +130,5 @@ def test_a_part_onnxruntime_cannot_run_fails_the_gate_as_the_whole_model_does():
     fixed = _chain(alpha=0.2)
     # Mul of (1, 4) by (3,): no broadcast; the part fails, the whole model runs and fails the gate
     fixed.graph.initializer[1].CopyFrom(numpy_helper.from_array(np.ones((3,), np.float32), "b"))
-    v = verify_mod.verify(orig, fixed, contract=verify_mod.VerifyContract("exact"), rules=["X"])
+    v = gate_check.verify(orig, fixed, contract=gate_contracts.VerifyContract("exact"), rules=["X"])
     assert not v.ok and v.outputs[0].name == "<model>", v.outputs[0].detail

@@ -17,7 +17,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fixer import verify as verify_mod
+import fixer.gate.check as gate_check
+import fixer.gate.metrics as gate_metrics
+import fixer.gate.parts as gate_parts
+import fixer.gate.runs as gate_runs
 from fixer.api import FixOptions, fix
 from fixer.rewriters import IoChange
 from fixer.rules import VerifyContract
@@ -50,8 +53,8 @@ def _convs(dilation=1, w_name="w", w_scale=1.0, tail_alpha=0.1):
 def test_rewritten_nodes_alone_where_a_rewrite_is_exact():
     orig = _convs(dilation=2)
     fixed = _convs(dilation=1, w_name="w_new")  # a 1x1 kernel: the dilation changes nothing
-    proof = verify_mod.proven_equal(orig, fixed, {})
-    rp = verify_mod.rewritten_part(orig, fixed, proof, ["y"])
+    proof = gate_parts.proven_equal(orig, fixed, {})
+    rp = gate_parts.rewritten_part(orig, fixed, proof, ["y"])
     assert rp is not None
     assert [n.name for n in rp.part.model.graph.node] == ["conv1"] and rp.checked == ("t",)
     assert rp.part.inputs == ("r",)
@@ -60,37 +63,37 @@ def test_rewritten_nodes_alone_where_a_rewrite_is_exact():
 def test_no_rewritten_part_across_a_changed_interface_or_for_too_many_nodes():
     orig = _convs(dilation=2)
     fixed = _convs(dilation=1, w_name="w_new")
-    proof = verify_mod.proven_equal(orig, fixed, {})
-    assert verify_mod.rewritten_part(orig, fixed, proof, ["y"], io_changed=True) is None
-    assert verify_mod.rewritten_part(orig, fixed, None, ["y"]) is None
+    proof = gate_parts.proven_equal(orig, fixed, {})
+    assert gate_parts.rewritten_part(orig, fixed, proof, ["y"], io_changed=True) is None
+    assert gate_parts.rewritten_part(orig, fixed, None, ["y"]) is None
     # the rewritten node is the only Conv of what would run otherwise: nothing to save
-    assert verify_mod.rewritten_part(orig, fixed, proof, ["y"], replaces=fixed.graph.node[1:2]) is None
+    assert gate_parts.rewritten_part(orig, fixed, proof, ["y"], replaces=fixed.graph.node[1:2]) is None
 
 
 def _verify(orig, fixed, *, rewritten: bool, monkeypatch, contract=VerifyContract("exact"), **kw):
     with monkeypatch.context() as m:
         if not rewritten:
-            m.setattr(verify_mod, "rewritten_part", lambda *a, **k: None)
-        return verify_mod.verify(orig, fixed, contract=contract, rules=["X"], **kw).as_dict()
+            m.setattr(gate_check, "rewritten_part", lambda *a, **k: None)
+        return gate_check.verify(orig, fixed, contract=contract, rules=["X"], **kw).as_dict()
 
 
 def _spy(monkeypatch):
     """Record, for each input set the rewritten nodes were proven on, the whole fixed model's outputs
     next to the original's values the gate takes for them."""
     seen = []
-    real = verify_mod._RewrittenRun.proven
+    real = gate_parts._RewrittenRun.proven
 
     def proven(self, vals):
         ok = real(self, vals)
         seen.append((ok, vals))
         return ok
 
-    monkeypatch.setattr(verify_mod._RewrittenRun, "proven", proven)
+    monkeypatch.setattr(gate_parts._RewrittenRun, "proven", proven)
     return seen
 
 
 def _whole(fixed, names, vals):
-    s = verify_mod.session(verify_mod._with_outputs(fixed, names))
+    s = gate_runs.session(gate_runs._with_outputs(fixed, names))
     return dict(zip(names, s.run(names, {i.name: vals[i.name] for i in s.get_inputs()})))
 
 
@@ -98,12 +101,12 @@ def test_where_the_rewritten_nodes_compute_the_originals_values_so_does_the_whol
     orig = _convs(dilation=2)
     fixed = _convs(dilation=1, w_name="w_new")
     seen = _spy(monkeypatch)
-    v = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"), rules=["X"])
+    v = gate_check.verify(orig, fixed, contract=VerifyContract("exact"), rules=["X"])
     assert v.ok and len(seen) == 3 and all(ok for ok, _ in seen)
     for _, vals in seen:
         whole = _whole(fixed, ["y", "t"], vals)
         for n in ("y", "t"):
-            assert verify_mod._same_bits(whole[n], vals[n]), n
+            assert gate_metrics._same_bits(whole[n], vals[n]), n
 
 
 def test_the_verification_is_the_same_with_and_without_the_rewritten_nodes_alone(monkeypatch):
@@ -121,7 +124,7 @@ def test_the_verification_is_the_same_with_and_without_the_rewritten_nodes_alone
 
 def test_a_wrong_rewrite_is_still_rejected(monkeypatch):
     seen = _spy(monkeypatch)
-    v = verify_mod.verify(_convs(), _convs(w_scale=1.001), contract=VerifyContract("exact"), rules=["X"])
+    v = gate_check.verify(_convs(), _convs(w_scale=1.001), contract=VerifyContract("exact"), rules=["X"])
     assert not v.ok and [o.name for o in v.outputs if not o.ok] == ["y"]
     assert [ok for ok, _ in seen] == [False]  # tried on the first input set only
 
@@ -151,10 +154,10 @@ def test_a_fixed_model_that_does_not_load_fails_the_gate_though_the_rewritten_no
     # the original failing to run on an input set: the fixed model's verdict still comes first
     def refuse(feed, names):
         raise RuntimeError("the original does not run here")
-    a = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"), rules=["X"], original_run=refuse)
+    a = gate_check.verify(orig, fixed, contract=VerifyContract("exact"), rules=["X"], original_run=refuse)
     assert not a.ok and "does not load in onnxruntime" in a.outputs[0].detail
     with pytest.raises(RuntimeError, match="does not run here"):  # a fixed model that loads: the original's error
-        verify_mod.verify(orig, _convs(dilation=1, w_name="w_new"), contract=VerifyContract("exact"), rules=["X"],
+        gate_check.verify(orig, _convs(dilation=1, w_name="w_new"), contract=VerifyContract("exact"), rules=["X"],
                           original_run=refuse)
 
 
@@ -182,8 +185,8 @@ def test_a_float_tensor_only_quantizelinear_reads_is_compared_once_quantized(mon
     orig, fixed = _qdq_tail(0.0), _qdq_tail(1e-6)
     fixed.graph.node[0].input[1] = "b2"
     fixed.graph.initializer[0].name = "b2"
-    proof = verify_mod.proven_equal(orig, fixed, {})
-    rp = verify_mod.rewritten_part(orig, fixed, proof, ["y"])
+    proof = gate_parts.proven_equal(orig, fixed, {})
+    rp = gate_parts.rewritten_part(orig, fixed, proof, ["y"])
     assert rp is not None and rp.checked == ("q",)
     assert [n.name for n in rp.part.model.graph.node] == ["add", "q"]
     # the random inputs are in [-1, 1): none lies within 1e-6 of a rounding boundary (+-0.5)
@@ -195,12 +198,12 @@ def test_a_float_tensor_only_quantizelinear_reads_is_compared_once_quantized(mon
 
 def test_same_bits_tells_signed_zeros_and_nans_apart():
     a = np.array([0.0, 1.0], np.float32)
-    assert verify_mod._same_bits(a, a.copy())
-    assert not verify_mod._same_bits(a, np.array([-0.0, 1.0], np.float32))
-    assert not verify_mod._same_bits(a, a.astype(np.float64))
+    assert gate_metrics._same_bits(a, a.copy())
+    assert not gate_metrics._same_bits(a, np.array([-0.0, 1.0], np.float32))
+    assert not gate_metrics._same_bits(a, a.astype(np.float64))
     n = np.array([np.nan], np.float32)
-    assert verify_mod._same_bits(n, n.copy())
-    assert verify_mod._same_bits(np.arange(6, dtype=np.int8).reshape(2, 3).T, np.arange(6, dtype=np.int8).reshape(2, 3).T)
+    assert gate_metrics._same_bits(n, n.copy())
+    assert gate_metrics._same_bits(np.arange(6, dtype=np.int8).reshape(2, 3).T, np.arange(6, dtype=np.int8).reshape(2, 3).T)
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason=f"{SHARED} is not available")
@@ -213,7 +216,7 @@ def test_real_model_verification_is_the_same_with_and_without_the_rewritten_node
     seen = _spy(monkeypatch)
     a = fix(path, FixOptions(dry_run=True))
     assert [ok for ok, _ in seen] == [True, True, True]
-    monkeypatch.setattr(verify_mod, "rewritten_part", lambda *a, **k: None)
+    monkeypatch.setattr(gate_check, "rewritten_part", lambda *a, **k: None)
     b = fix(path, FixOptions(dry_run=True))
     assert a.verification.as_dict() == b.verification.as_dict()
 
@@ -274,7 +277,7 @@ def test_compare_gives_the_float64_figures_bit_for_bit(dtype):
         a = _random(rng, dtype, shape)
         for b in (a.copy(), _random(rng, dtype, shape), np.where(rng.random(shape) < 0.9, a, _random(rng, dtype, shape))):
             for contract, scale in CONTRACTS:
-                got = verify_mod.compare(a, b, contract, lsb_scale=scale)
+                got = gate_metrics.compare(a, b, contract, lsb_scale=scale)
                 max_abs, cosine, snr, exact, one_lsb, rng_ = _compare_float64(a, b, lsb_scale=scale)
                 assert (got.max_abs_error, got.cosine, got.snr_db, got.bit_exact_fraction,
                         got.within_one_lsb_fraction) == (max_abs, cosine, snr, exact, one_lsb), (dtype, shape)
@@ -285,12 +288,12 @@ def test_compare_gives_the_float64_figures_bit_for_bit(dtype):
 
 def test_compare_unequal_or_mixed_arrays_still_takes_the_float64_path():
     a = np.array([1.0, 2.0, np.inf], np.float32)
-    got = verify_mod.compare(a, a.copy(), VerifyContract("exact"), lsb_scale=None)
+    got = gate_metrics.compare(a, a.copy(), VerifyContract("exact"), lsb_scale=None)
     assert got.ok  # the same infinity is no difference
-    got = verify_mod.compare(np.array([1, 2], np.int8), np.array([1, 2], np.float32), VerifyContract("exact"),
+    got = gate_metrics.compare(np.array([1, 2], np.int8), np.array([1, 2], np.float32), VerifyContract("exact"),
                              lsb_scale=None)
     assert got.ok and got.cosine == pytest.approx(1.0)
-    got = verify_mod.compare(np.array([1, 2], np.int8), np.array([1, 3], np.int8), VerifyContract("exact"),
+    got = gate_metrics.compare(np.array([1, 2], np.int8), np.array([1, 3], np.int8), VerifyContract("exact"),
                              lsb_scale=None)
     assert not got.ok and got.max_abs_error == 1.0
 
@@ -298,16 +301,16 @@ def test_compare_unequal_or_mixed_arrays_still_takes_the_float64_path():
 def test_the_uint8_int8_shifts_are_the_int16_arithmetic():
     u = np.arange(256, dtype=np.uint8).reshape(16, 16)
     for v in (u, u.T, u[:, ::3]):  # contiguous or not
-        got = verify_mod._as_int8_if_shifted(v, np.int8)
+        got = gate_metrics._as_int8_if_shifted(v, np.int8)
         assert got.dtype == np.int8 and np.array_equal(got, (v.astype(np.int16) - 128).astype(np.int8))
     ch = IoChange("input", "x", "int8", 1.0, 0, "uint8")
-    assert np.array_equal(verify_mod._edge_in(u, ch), (u.astype(np.int16) - 128).astype(np.int8))
+    assert np.array_equal(gate_metrics._edge_in(u, ch), (u.astype(np.int16) - 128).astype(np.int8))
     i = np.arange(-128, 128, dtype=np.int16).astype(np.int8).reshape(16, 16).T
-    out = verify_mod._edge_out(i, IoChange("output", "y", "int8", 1.0, 0, "uint8"))
+    out = gate_metrics._edge_out(i, IoChange("output", "y", "int8", 1.0, 0, "uint8"))
     assert out.dtype == np.uint8 and np.array_equal(out, (i.astype(np.int16) + 128).astype(np.uint8))
     # other integer types keep the int16 arithmetic (wrapping as before)
     w = np.array([300, -5], np.int32)
-    assert np.array_equal(verify_mod._edge_in(w, ch), (w.astype(np.int16) - 128).astype(np.int8))
+    assert np.array_equal(gate_metrics._edge_in(w, ch), (w.astype(np.int16) - 128).astype(np.int8))
 
 
 def _qdq_chain(bias: float, name: str = "b"):
@@ -326,22 +329,22 @@ def test_an_input_set_the_rewritten_nodes_get_wrong_after_one_they_got_right(mon
     """Proven on the first input set, not on the second: the part runs from there on (the original
     runs again for its frontier where the region does not fetch it), and the isolated region is
     judged on every input set as before."""
-    monkeypatch.setattr(verify_mod, "PART_MAX_FRACTION", 1.0)
+    monkeypatch.setattr(gate_parts, "PART_MAX_FRACTION", 1.0)
     orig, fixed = _qdq_chain(0.0), _qdq_chain(0.3, "b2")
     feeds = [{"x": np.zeros((1, 4, 6, 6), np.float32)},  # 0.3 rounds to 0 as 0 does
              {"x": np.full((1, 4, 6, 6), 0.4, np.float32)},  # 0.7 rounds to 1, 0.4 to 0
              {"x": np.full((1, 4, 6, 6), -3.0, np.float32)}]
-    assert verify_mod.fixed_part(orig, fixed, {}, ["y", "q"]) is not None
-    b = [verify_mod.BoundaryCheck("q", "X", VerifyContract("lsb", 0.0, 0.0, 1.0), region)]
+    assert gate_parts.fixed_part(orig, fixed, {}, ["y", "q"]) is not None
+    b = [gate_metrics.BoundaryCheck("q", "X", VerifyContract("lsb", 0.0, 0.0, 1.0), region)]
     seen = _spy(monkeypatch)
     runs = []
-    real_run = verify_mod._PartRun.run
+    real_run = gate_parts._PartRun.run
 
     def part_run(self, ffeed, vals):
         runs.append(sorted(vals))
         return real_run(self, ffeed, vals)
 
-    monkeypatch.setattr(verify_mod._PartRun, "run", part_run)
+    monkeypatch.setattr(gate_parts._PartRun, "run", part_run)
     lsb = VerifyContract("lsb", 0.0, 0.0, 1.0)
     a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch, contract=lsb, inputs=feeds, boundaries=b)
     assert [ok for ok, _ in seen] == [True, False]
@@ -360,22 +363,22 @@ def test_the_integer_sum_of_squares_is_the_float64_pairwise_sum(dtype):
         else:
             info = np.iinfo(dtype)
             a = rng.integers(info.min, info.max + 1, n).astype(dtype)
-        assert verify_mod._sum_of_squares(a) == verify_mod._dot(a, a)
+        assert gate_metrics._sum_of_squares(a) == gate_metrics._dot(a, a)
     extreme = np.full((40, 30), np.iinfo(dtype).min if dtype is not np.bool_ else True, dtype)[:, ::2]
-    assert verify_mod._sum_of_squares(extreme) == verify_mod._dot(extreme, extreme)
+    assert gate_metrics._sum_of_squares(extreme) == gate_metrics._dot(extreme, extreme)
     extreme = np.full(1000, np.iinfo(dtype).max if dtype is not np.bool_ else True, dtype)
-    assert verify_mod._sum_of_squares(extreme) == verify_mod._dot(extreme, extreme)
+    assert gate_metrics._sum_of_squares(extreme) == gate_metrics._dot(extreme, extreme)
 
 
 # ------------------------------------------------------------------------------------------------
-# the isolated rewritten regions in the whole fixed model's session (verify._WholeRun)
+# the isolated rewritten regions in the whole fixed model's session (gate.parts._WholeRun)
 # ------------------------------------------------------------------------------------------------
 
 
 def _fix_both_ways(path, monkeypatch):
     """The verification of ``path`` with the regions in the fixed model's session, and in their own."""
     built = []
-    real = verify_mod._WholeRun.build.__func__
+    real = gate_parts._WholeRun.build.__func__
 
     def build(cls, *a, **k):
         w = real(cls, *a, **k)
@@ -383,10 +386,10 @@ def _fix_both_ways(path, monkeypatch):
         return w
 
     with monkeypatch.context() as m:
-        m.setattr(verify_mod._WholeRun, "build", classmethod(build))
+        m.setattr(gate_parts._WholeRun, "build", classmethod(build))
         a = fix(path, FixOptions(dry_run=True))
     with monkeypatch.context() as m:
-        m.setattr(verify_mod._WholeRun, "build", classmethod(lambda cls, *a, **k: None))
+        m.setattr(gate_parts._WholeRun, "build", classmethod(lambda cls, *a, **k: None))
         b = fix(path, FixOptions(dry_run=True))
     return a, b, built
 
@@ -425,13 +428,13 @@ def test_the_regions_join_the_fixed_models_session_only_once_an_input_set_is_not
     feeds = [{"x": np.zeros((1, 4, 6, 6), np.float32)},
              {"x": np.full((1, 4, 6, 6), 0.4, np.float32)},
              {"x": np.full((1, 4, 6, 6), -3.0, np.float32)}]
-    assert verify_mod.fixed_part(orig, fixed, {}, ["y", "q"]) is None
+    assert gate_parts.fixed_part(orig, fixed, {}, ["y", "q"]) is None
     lsb = VerifyContract("lsb", 0.0, 0.0, 1.0)
-    b = [verify_mod.BoundaryCheck("q", "X", lsb, ("m",))]
+    b = [gate_metrics.BoundaryCheck("q", "X", lsb, ("m",))]
     seen = _spy(monkeypatch)
     built, apart = [], []
-    real_build = verify_mod._WholeRun.build.__func__
-    real_isolated = verify_mod._isolated_boundaries
+    real_build = gate_parts._WholeRun.build.__func__
+    real_isolated = gate_parts._isolated_boundaries
 
     def build(cls, *a, **k):
         w = real_build(cls, *a, **k)
@@ -443,8 +446,8 @@ def test_the_regions_join_the_fixed_models_session_only_once_an_input_set_is_not
         return real_isolated(*a, **k)
 
     with monkeypatch.context() as m:
-        m.setattr(verify_mod._WholeRun, "build", classmethod(build))
-        m.setattr(verify_mod, "_isolated_boundaries", isolated)
+        m.setattr(gate_parts._WholeRun, "build", classmethod(build))
+        m.setattr(gate_check, "_isolated_boundaries", isolated)
         a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch, contract=lsb, inputs=feeds, boundaries=b)
     if bias == 0.0:
         assert [ok for ok, _ in seen] == [True, True, True]
@@ -460,7 +463,7 @@ def test_the_regions_join_the_fixed_models_session_only_once_an_input_set_is_not
 
 
 # ------------------------------------------------------------------------------------------------
-# the rewritten nodes' part computes the DequantizeLinear they read through (verify._dequantized_reads)
+# the rewritten nodes' part computes the DequantizeLinear they read through (gate.parts._dequantized_reads)
 # ------------------------------------------------------------------------------------------------
 
 
@@ -485,8 +488,8 @@ def _qdq_sub(rewritten: bool, c: float = 0.75, scale_name: str = "s"):
 
 def test_the_rewritten_nodes_part_reads_the_int8_tensor_behind_a_dequantizelinear():
     orig, fixed = _qdq_sub(False), _qdq_sub(True)
-    proof = verify_mod.proven_equal(orig, fixed, {})
-    rp = verify_mod.rewritten_part(orig, fixed, proof, ["y"])
+    proof = gate_parts.proven_equal(orig, fixed, {})
+    rp = gate_parts.rewritten_part(orig, fixed, proof, ["y"])
     assert rp is not None and rp.checked == ("tq",)
     assert [n.name for n in rp.part.model.graph.node] == ["dq1", "sub__nafix_0", "sub__nafix_1", "q2"]
     assert rp.part.inputs == ("q1",)  # not the float 'dq1' the rewritten nodes read
@@ -495,15 +498,15 @@ def test_the_rewritten_nodes_part_reads_the_int8_tensor_behind_a_dequantizelinea
 def test_a_dequantizelinear_not_proven_the_originals_is_not_computed_again():
     # the fixed model's DequantizeLinear reads a scale of another name: not the original's node
     orig, fixed = _qdq_sub(False), _qdq_sub(True, scale_name="s_other")
-    proof = verify_mod.proven_equal(orig, fixed, {})
+    proof = gate_parts.proven_equal(orig, fixed, {})
     dq = next(n for n in fixed.graph.node if n.name == "dq1")
     diff = [n for n in fixed.graph.node if n.name.startswith("sub__")]
-    assert verify_mod._dequantized_reads(diff, {id(n) for n in diff}, {o: n for n in orig.graph.node for o in n.output},
-                                         proof[0], verify_mod._computed_from_initializers(fixed),
+    assert gate_parts._dequantized_reads(diff, {id(n) for n in diff}, {o: n for n in orig.graph.node for o in n.output},
+                                         proof[0], gate_parts._computed_from_initializers(fixed),
                                          {o: n for n in fixed.graph.node for o in n.output if o}) == []
-    assert dq not in verify_mod._dequantized_reads(diff, {id(n) for n in diff},
+    assert dq not in gate_parts._dequantized_reads(diff, {id(n) for n in diff},
                                                    {o: n for n in fixed.graph.node for o in n.output}, set(),
-                                                   verify_mod._computed_from_initializers(fixed),
+                                                   gate_parts._computed_from_initializers(fixed),
                                                    {o: n for n in fixed.graph.node for o in n.output if o})
 
 
@@ -518,10 +521,10 @@ def test_the_verification_is_the_same_with_and_without_the_dequantizelinear_in_t
     for ok, vals in seen:
         if ok:
             whole = _whole(fixed, ["y", "tq"], vals)
-            assert all(verify_mod._same_bits(whole[n], vals[n]) for n in ("y", "tq"))
+            assert all(gate_metrics._same_bits(whole[n], vals[n]) for n in ("y", "tq"))
     assert a["ok"] is (c == 0.75)
     with monkeypatch.context() as m:
-        m.setattr(verify_mod, "_dequantized_reads", lambda *args, **kw: [])
+        m.setattr(gate_parts, "_dequantized_reads", lambda *args, **kw: [])
         b = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
     assert a == b
     assert a == _verify(orig, fixed, rewritten=False, monkeypatch=monkeypatch)
@@ -550,9 +553,9 @@ def _qdq_subs(rewritten: bool, k: int = 5, wrong: int | None = None):
 @pytest.mark.parametrize("wrong", [None, 0, 3])
 def test_the_rewritten_nodes_in_groups_of_regions_give_the_one_sessions_verdict(wrong):
     orig, fixed = _qdq_subs(False), _qdq_subs(True, wrong=wrong)
-    rp = verify_mod.rewritten_part(orig, fixed, verify_mod.proven_equal(orig, fixed, {}), [f"y{i}" for i in range(5)])
+    rp = gate_parts.rewritten_part(orig, fixed, gate_parts.proven_equal(orig, fixed, {}), [f"y{i}" for i in range(5)])
     assert rp is not None and len(rp.part.model.graph.node) == 20  # per region: DQ, Neg, Add, Q
-    groups = verify_mod._region_groups(rp.part, 10)
+    groups = gate_parts._region_groups(rp.part, 10)
     nodes = rp.part.model.graph.node
     # whole regions: every tensor (not an initializer) a group reads or computes is its own
     for g in groups:
@@ -560,13 +563,13 @@ def test_the_rewritten_nodes_in_groups_of_regions_give_the_one_sessions_verdict(
         reads = {i for k in g for i in nodes[k].input} - {t.name for t in rp.part.model.graph.initializer}
         assert all(t in made or t in rp.part.inputs for t in reads)
     assert len(groups) == 3 and sorted(k for g in groups for k in g) == list(range(len(nodes)))
-    s = verify_mod.session(verify_mod._with_outputs(orig, list(rp.part.inputs) + list(rp.checked)))
+    s = gate_runs.session(gate_runs._with_outputs(orig, list(rp.part.inputs) + list(rp.checked)))
     rng = np.random.default_rng(0)
     for _ in range(3):
         x = rng.random((1, 4, 6, 6), dtype=np.float32) * 2 - 1
         names = list(rp.part.inputs) + list(rp.checked)
         vals = dict(zip(names, s.run(names, {"x": x})))
-        grouped, whole = verify_mod._RewrittenRun(rp, group_nodes=10), verify_mod._RewrittenRun(rp, group_nodes=10**9)
+        grouped, whole = gate_parts._RewrittenRun(rp, group_nodes=10), gate_parts._RewrittenRun(rp, group_nodes=10**9)
         assert grouped.proven(vals) is whole.proven(vals) is (wrong is None)
         assert len(grouped.sess) == 3 and len(whole.sess) == 1
 
@@ -576,7 +579,7 @@ def test_the_verification_is_the_same_with_the_rewritten_nodes_in_groups(monkeyp
     orig, fixed = _qdq_subs(False), _qdq_subs(True, wrong=wrong)
     seen = _spy(monkeypatch)
     with monkeypatch.context() as m:
-        m.setattr(verify_mod, "REWRITTEN_GROUP_NODES", 5)
+        m.setattr(gate_parts, "REWRITTEN_GROUP_NODES", 5)
         a = _verify(orig, fixed, rewritten=True, monkeypatch=monkeypatch)
     assert [ok for ok, _ in seen] == ([True] * 3 if wrong is None else [False])
     assert a["ok"] is (wrong is None)
@@ -592,16 +595,16 @@ def test_real_model_verification_is_the_same_with_the_rewritten_nodes_in_groups(
     if not path.exists():
         pytest.skip(f"{path} is not available")
     sessions = []
-    real = verify_mod._RewrittenRun._sessions
+    real = gate_parts._RewrittenRun._sessions
 
     def spy(self, feed):
         out = real(self, feed)
         sessions.append(len(out))
         return out
 
-    monkeypatch.setattr(verify_mod._RewrittenRun, "_sessions", spy)
+    monkeypatch.setattr(gate_parts._RewrittenRun, "_sessions", spy)
     a = fix(path, FixOptions(dry_run=True))
-    monkeypatch.setattr(verify_mod, "REWRITTEN_GROUP_NODES", 3)
+    monkeypatch.setattr(gate_parts, "REWRITTEN_GROUP_NODES", 3)
     b = fix(path, FixOptions(dry_run=True))
     assert sessions[0] == 1 and sessions[1] > 1
     assert a.verification.as_dict() == b.verification.as_dict() and b.verification.ok
@@ -620,6 +623,6 @@ def test_a_dequantizelinear_of_a_graph_input_is_not_computed_again():
             list(g.graph.output), list(g.graph.initializer)), opset_imports=g.opset_import)
         return m
     orig, fixed = model(False), model(True)
-    rp = verify_mod.rewritten_part(orig, fixed, verify_mod.proven_equal(orig, fixed, {}), ["y"])
+    rp = gate_parts.rewritten_part(orig, fixed, gate_parts.proven_equal(orig, fixed, {}), ["y"])
     assert rp is not None and rp.part.inputs == ("dq1",)
     assert [n.name for n in rp.part.model.graph.node] == ["sub__nafix_0", "sub__nafix_1", "q2"]

@@ -12,7 +12,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from fixer import segments
-from fixer import verify as verify_mod
+import fixer.gate.check as gate_check
+import fixer.gate.inputs as gate_inputs
+import fixer.gate.parts as gate_parts
+import fixer.gate.runs as gate_runs
 from fixer.errors import InputError
 from fixer.rules import VerifyContract
 
@@ -35,16 +38,16 @@ def _gate_threads():
 @pytest.mark.parametrize("fixed", [_model(), _model(alpha=0.2), _model(w_scale=1.001), _model(op="Relu")])
 def test_sessions_made_by_the_shared_threads_give_the_verdicts_of_sessions_one_after_the_other(fixed, monkeypatch):
     orig = _model()
-    shared = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"))
+    shared = gate_check.verify(orig, fixed, contract=VerifyContract("exact"))
     monkeypatch.setattr(segments, "current_workers", lambda: None)  # each session made where it is waited for
-    inline = verify_mod.verify(orig, fixed, contract=VerifyContract("exact"))
+    inline = gate_check.verify(orig, fixed, contract=VerifyContract("exact"))
     assert shared.as_dict() == inline.as_dict()
     assert not _gate_threads()
 
 
 def test_a_fixed_model_onnxruntime_rejects_fails_the_gate_from_the_shared_threads():
     bad = _model(op="NoSuchOp")
-    v = verify_mod.verify(_model(), bad, contract=VerifyContract("exact"))
+    v = gate_check.verify(_model(), bad, contract=VerifyContract("exact"))
     assert not v.ok
     assert [c.name for c in v.outputs] == ["<model>"]
     assert "does not load in onnxruntime" in v.outputs[0].detail and "NoSuchOp" in v.outputs[0].detail
@@ -53,7 +56,7 @@ def test_a_fixed_model_onnxruntime_rejects_fails_the_gate_from_the_shared_thread
 
 def test_an_original_onnxruntime_rejects_is_an_input_error_with_no_session_left_loading():
     with pytest.raises(InputError):
-        verify_mod.verify(_model(op="NoSuchOp"), _model(), contract=VerifyContract("exact"))
+        gate_check.verify(_model(op="NoSuchOp"), _model(), contract=VerifyContract("exact"))
     assert not _gate_threads()
 
 
@@ -80,30 +83,30 @@ def _chain_pair():
 
 def test_facts_give_what_each_check_reads_of_the_graphs_itself():
     orig, fixed = _chain_pair()
-    facts = verify_mod._Facts(orig, fixed)
-    assert facts.o_made == verify_mod._tensor_names(orig) and facts.f_made == verify_mod._tensor_names(fixed)
-    assert facts.f_const == verify_mod._computed_from_initializers(fixed)
+    facts = gate_parts._Facts(orig, fixed)
+    assert facts.o_made == gate_runs._tensor_names(orig) and facts.f_made == gate_runs._tensor_names(fixed)
+    assert facts.f_const == gate_parts._computed_from_initializers(fixed)
     assert facts.o.producer == {o: n for n in orig.graph.node for o in n.output if o}
     assert facts.f.producer["a2"].name == "act2"
     for models in ((orig, fixed), (orig, orig), (fixed, orig)):
-        facts = verify_mod._Facts(*models)
-        alone = verify_mod.proven_equal(*models, {})
-        shared = verify_mod.proven_equal(*models, {}, facts=facts)
+        facts = gate_parts._Facts(*models)
+        alone = gate_parts.proven_equal(*models, {})
+        shared = gate_parts.proven_equal(*models, {}, facts=facts)
         assert alone[0] == shared[0] and [n.name for n in alone[1]] == [n.name for n in shared[1]]
-        fp_alone = verify_mod.fixed_part(*models, {}, ["a3"])
-        fp_shared = verify_mod.fixed_part(*models, {}, ["a3"], proof=shared, facts=facts)
+        fp_alone = gate_parts.fixed_part(*models, {}, ["a3"])
+        fp_shared = gate_parts.fixed_part(*models, {}, ["a3"], proof=shared, facts=facts)
         assert (fp_alone is None) == (fp_shared is None)
         if fp_alone is not None:
             assert fp_alone.part.model == fp_shared.part.model and fp_alone.frontier == fp_shared.frontier
-        rp_alone = verify_mod.rewritten_part(*models, alone, ["a3"])
-        rp_shared = verify_mod.rewritten_part(*models, shared, ["a3"], facts=facts)
+        rp_alone = gate_parts.rewritten_part(*models, alone, ["a3"])
+        rp_shared = gate_parts.rewritten_part(*models, shared, ["a3"], facts=facts)
         assert (rp_alone is None) == (rp_shared is None)
         if rp_alone is not None:
             assert rp_alone.part.model == rp_shared.part.model and rp_alone.checked == rp_shared.checked
     # the pair above has a part and rewritten nodes: the comparisons were not all None == None
-    facts = verify_mod._Facts(orig, fixed)
-    proof = verify_mod.proven_equal(orig, fixed, {}, facts=facts)
-    assert verify_mod.rewritten_part(orig, fixed, proof, ["a3"], facts=facts).checked == ("c1", "a2")  # conv1 reads the renamed weight
+    facts = gate_parts._Facts(orig, fixed)
+    proof = gate_parts.proven_equal(orig, fixed, {}, facts=facts)
+    assert gate_parts.rewritten_part(orig, fixed, proof, ["a3"], facts=facts).checked == ("c1", "a2")  # conv1 reads the renamed weight
 
 
 def test_the_collector_is_paused_during_a_fix_and_restored_after_it_also_on_error(monkeypatch):
@@ -162,7 +165,7 @@ def _input_range_by_tables(model, name):
                 return None
             s = val(node.input[1]) if len(node.input) > 1 else None
             z = val(node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
-            return verify_mod._quantized_range(s, z)  # (the arithmetic, unchanged, is shared)
+            return gate_inputs._quantized_range(s, z)  # (the arithmetic, unchanged, is shared)
     return None
 
 
@@ -214,8 +217,8 @@ _F, _I8, _U8 = np.float32, np.int8, np.uint8
     _q_input(("init", _F(0.05)), ("init", _I8(3)), second_q="missing_scale"),
 ], ids=lambda m: None)
 def test_the_input_range_is_the_one_name_tables_gave(model):
-    assert verify_mod._input_range(model, "x") == _input_range_by_tables(model, "x")
-    assert verify_mod._input_range(model, "nothing") is None
+    assert gate_inputs._input_range(model, "x") == _input_range_by_tables(model, "x")
+    assert gate_inputs._input_range(model, "nothing") is None
 
 
 _SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
@@ -230,6 +233,6 @@ def test_the_input_range_of_every_real_models_inputs_is_the_one_name_tables_gave
         m = onnx.load(str(path))
         for i in m.graph.input:
             want = _input_range_by_tables(m, i.name)
-            assert verify_mod._input_range(m, i.name) == want, (path.name, i.name)
+            assert gate_inputs._input_range(m, i.name) == want, (path.name, i.name)
             checked += want is not None
     assert checked >= 10  # most of them are QDQ models with a QuantizeLinear on the input

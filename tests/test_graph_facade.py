@@ -129,3 +129,18 @@ def test_loader_renames_duplicates_avoiding_every_name_and_leaves_unnamed_nodes(
     assert make_node_names_unique(m) == 2
     assert [n.name for n in m.graph.node] == ["a", "a_2", "a_1", "", "a_3"]
     assert view_names == ["a", "a_1", "a_1_1", "Relu_3", "a_2"]  # a view only avoids the names before
+
+
+def test_is_quantized_is_one_predicate_over_op_types():
+    """QuantizeLinear/DequantizeLinear or any QLinear op makes a model quantized; integer ops alone or
+    float ops do not (the question engine.is_float_model and the placement's finding ask)."""
+    from fixer.graph import is_quantized, quantized_ops
+
+    def model(*ops):
+        nodes = [helper.make_node(op, ["x"], [f"y{i}"]) for i, op in enumerate(ops)]
+        g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])], [])
+        return helper.make_model(g)
+
+    assert not is_quantized(model("Conv", "Relu")) and not is_quantized(model("ConvInteger"))
+    assert is_quantized(model("Conv", "DequantizeLinear")) and is_quantized(model("QLinearConv"))
+    assert quantized_ops(["QuantizeLinear"]) and not quantized_ops(["MatMulInteger", "Add"])

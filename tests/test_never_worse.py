@@ -14,7 +14,7 @@ from tests.helpers import run_cli as _run_cli
 from fixer.engine import FLOAT_GUARD_REASON, is_float_model, run_engine
 from fixer.npu.profile import load_profile
 from fixer.rules import load_rules
-from fixer.verify import verify
+from fixer.gate import verify
 from tests.builders import guard as builders
 
 ROOT = Path(__file__).resolve().parents[1]

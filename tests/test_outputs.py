@@ -178,7 +178,7 @@ def test_signal_during_write_removes_the_temporary_file(tmp_path, sig):
 def test_large_model_with_external_data_goes_through_the_same_rules(tmp_path, monkeypatch):
     import numpy as np
 
-    import fixer.model_io as mio
+    import fixer.outputs as mio
 
     w = np.arange(4096, dtype=np.float32).reshape(64, 64)
     g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"])], "g",

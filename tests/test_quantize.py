@@ -24,7 +24,7 @@ from fixer.errors import InputError, UsageError
 from fixer.graph import const_value
 from fixer.npu.profile import load_profile
 from fixer.rules import VerifyContract
-from fixer.verify import session, verify
+from fixer.gate import session, verify
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_models"

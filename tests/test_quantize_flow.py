@@ -29,7 +29,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from fixer import quantize as Q
 from fixer.api import FixOptions, fix
-from fixer.verify import session
+from fixer.gate import session
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_models"

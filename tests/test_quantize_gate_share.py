@@ -16,7 +16,8 @@ from fixer import quantize as Q
 from fixer.api import FixOptions, fix
 from fixer.errors import InputError, VerificationError
 from fixer.quantize.accuracy import _ProbeRunner
-from fixer.verify import VerifyContract, _with_outputs, make_inputs, session, verify
+from fixer.gate import VerifyContract, make_inputs, session, verify
+from fixer.gate.runs import _with_outputs
 
 from tests.test_quantize_flow import _conv_sub_model
 
@@ -156,7 +157,7 @@ def test_verify_uses_the_original_values_it_is_given():
 
 
 def _failing_gate(monkeypatch):
-    import fixer.verify as V
+    import fixer.gate as V
 
     real = V.verify
 

@@ -21,7 +21,7 @@ from onnx import numpy_helper
 from fixer.api import AnalysisOptions, FixOptions, analyze_path, fix
 from fixer.quantize import CalibrationOptions
 from fixer.rules import VerifyContract
-from fixer.verify import verify
+from fixer.gate import verify
 from tests.builders import channels
 from tests.builders.channels import denoiser_like
 from tests.helpers import run_cli

@@ -18,7 +18,7 @@ from fixer.engine import run_engine
 from fixer.model_io import load_model
 from fixer.npu.profile import load_profile
 from fixer.rules import load_rules, select_rules
-from fixer.verify import verify
+from fixer.gate import verify
 from tests.builders import build
 from tests.builders.common import quantize_st
 

@@ -17,7 +17,7 @@ from fixer.engine import run_engine
 from fixer.npu.profile import load_profile
 from fixer.rewriters.resize import AxisPlan, Inexact, plan_axis
 from fixer.rules import load_rules
-from fixer.verify import make_inputs, session
+from fixer.gate import make_inputs, session
 from tests.builders import resize as builders
 
 ROOT = Path(__file__).resolve().parent.parent

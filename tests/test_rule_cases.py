@@ -16,7 +16,7 @@ from fixer.engine import is_float_model, run_engine
 from fixer.npu.profile import load_profile
 from fixer.rules import load_rules
 from fixer.api import change_contracts
-from fixer.verify import loosest, verify
+from fixer.gate import loosest, verify
 from tests.builders import build
 from tests.helpers import CASE_PROFILE_KEYS, case_profile, case_with_file_defaults
 

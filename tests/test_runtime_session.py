@@ -1,4 +1,4 @@
-"""onnxruntime sessions of models with many initializers (fixer.model_io.runtime_session).
+"""onnxruntime sessions of models with many initializers (fixer.runtime.runtime_session).
 
 From ``MANY_INITIALIZERS`` on, a session is created asking onnxruntime to save its optimized model
 (to a temporary directory removed at once): onnxruntime then keeps the initializers in its graph
@@ -19,9 +19,9 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fixer import model_io
-from fixer.model_io import runtime_initializers, runtime_session
-from fixer.verify import make_inputs, session
+from fixer import runtime
+from fixer.runtime import runtime_initializers, runtime_session
+from fixer.gate import make_inputs, session
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
 
@@ -88,9 +88,9 @@ def test_the_threshold_picks_the_path(monkeypatch):
     model = _add_chain(30, constants=10)
     data = model.SerializeToString()
     spy = _Spy(monkeypatch)
-    monkeypatch.setattr(model_io, "MANY_INITIALIZERS", 31)
+    monkeypatch.setattr(runtime, "MANY_INITIALIZERS", 31)
     runtime_session(data, _options(), initializers=runtime_initializers(model))
-    monkeypatch.setattr(model_io, "MANY_INITIALIZERS", 30)
+    monkeypatch.setattr(runtime, "MANY_INITIALIZERS", 30)
     runtime_session(data, _options(), initializers=runtime_initializers(model))
     assert spy.paths[0] == "" and spy.paths[1].endswith("session.onnx")
     assert spy.written == [False, True]  # onnxruntime did write its copy (so it kept the initializers)
@@ -102,7 +102,7 @@ def test_fast_path_same_outputs_and_nothing_left(monkeypatch):
     x = {"x": np.linspace(-3, 3, 4, dtype=np.float32).reshape(1, 4)}
     before = _leftovers()
     plain = runtime_session(data, _options(), initializers=0)
-    monkeypatch.setattr(model_io, "MANY_INITIALIZERS", 1)
+    monkeypatch.setattr(runtime, "MANY_INITIALIZERS", 1)
     opts = _options()
     fast = runtime_session(data, opts, initializers=runtime_initializers(model))
     assert opts.optimized_model_filepath == ""  # the caller's options are left as they were
@@ -115,7 +115,7 @@ def test_fast_path_same_outputs_and_nothing_left(monkeypatch):
 def test_fallback_when_the_copy_cannot_be_saved(monkeypatch):
     model = _add_chain(20)
     spy = _Spy(monkeypatch, fail_with_path=True)
-    monkeypatch.setattr(model_io, "MANY_INITIALIZERS", 1)
+    monkeypatch.setattr(runtime, "MANY_INITIALIZERS", 1)
     sess = runtime_session(model.SerializeToString(), _options(), initializers=runtime_initializers(model))
     assert [bool(p) for p in spy.paths] == [True, False]  # the fast path failed: the usual session
     assert sess.run(None, {"x": np.ones((1, 4), np.float32)})[0].shape == (1, 4)
@@ -130,7 +130,7 @@ def test_rejected_model_same_error(monkeypatch):
     with pytest.raises(Exception) as plain:
         runtime_session(data, _options(), initializers=0)
     spy = _Spy(monkeypatch)
-    monkeypatch.setattr(model_io, "MANY_INITIALIZERS", 1)
+    monkeypatch.setattr(runtime, "MANY_INITIALIZERS", 1)
     with pytest.raises(Exception) as fast:
         runtime_session(data, _options(), initializers=runtime_initializers(model))
     assert type(fast.value) is type(plain.value)
@@ -144,7 +144,7 @@ def test_gate_sessions_same_outputs_on_sample_models(monkeypatch, name):
     model = onnx.load(SAMPLES / name)
     feeds = make_inputs(model, seed=0, samples=2)
     plain = session(model)
-    monkeypatch.setattr(model_io, "MANY_INITIALIZERS", 0)
+    monkeypatch.setattr(runtime, "MANY_INITIALIZERS", 0)
     spy = _Spy(monkeypatch)
     fast = session(model)
     assert spy.paths and spy.paths[0]
@@ -163,10 +163,27 @@ def test_fix_verdict_and_figures_same_on_both_paths(monkeypatch):
     path = SAMPLES / "movenet_like.onnx"
     ref = fix(path, FixOptions(dry_run=True))
     assert ref.verification is not None
-    monkeypatch.setattr(model_io, "MANY_INITIALIZERS", 0)
+    monkeypatch.setattr(runtime, "MANY_INITIALIZERS", 0)
     spy = _Spy(monkeypatch)
     got = fix(path, FixOptions(dry_run=True))
     assert spy.paths and all(spy.paths)
     assert got.verification.as_dict() == ref.verification.as_dict()
     assert [c.as_dict() if hasattr(c, "as_dict") else repr(c) for c in got.engine.changes] == \
         [c.as_dict() if hasattr(c, "as_dict") else repr(c) for c in ref.engine.changes]
+
+
+def test_session_options_are_the_callers_own():
+    """Each caller's options, made in one place: no graph optimization and log level 3 always; the
+    gate's idle threads sleep; the shape probe's one thread; the accuracy probe without the arena."""
+    gate = runtime.gate_options()
+    assert gate.graph_optimization_level == ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    assert gate.log_severity_level == 3
+    assert gate.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert gate.enable_cpu_mem_arena and gate.intra_op_num_threads == 0
+    probe = runtime.session_options(threads=1)
+    assert probe.intra_op_num_threads == 1 and probe.enable_cpu_mem_arena
+    with pytest.raises(RuntimeError):  # (spinning left as onnxruntime's default: the entry is not set)
+        probe.get_session_config_entry("session.intra_op.allow_spinning")
+    lean = runtime.session_options(arena=False, spinning=False)
+    assert not lean.enable_cpu_mem_arena
+    assert lean.get_session_config_entry("session.intra_op.allow_spinning") == "0"

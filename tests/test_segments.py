@@ -12,8 +12,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fixer import segments
-from fixer import verify as verify_mod
+from fixer import runtime, segments
+import fixer.gate.check as gate_check
+import fixer.gate.runs as gate_runs
 from fixer.api import FixOptions, fix
 from fixer.rules import VerifyContract
 from tests.builders.qdq import qdq_sub_chain
@@ -69,8 +70,8 @@ def test_segmented_session_same_values_and_descriptions(small_cuts, value_info):
     cut = segments.plan(model)
     assert cut is not None and len(cut.segments) >= 5
     assert sorted(k for seg in cut.segments for k in seg) == list(range(len(model.graph.node)))
-    whole = verify_mod._session(model)
-    seg = verify_mod.session(model)
+    whole = runtime.session_as_written(model)
+    seg = gate_runs.session(model)
     assert isinstance(seg, segments.SegmentedSession)
     describe = lambda args: [(a.name, a.type, a.shape) for a in args]  # noqa: E731
     assert describe(seg.get_inputs()) == describe(whole.get_inputs())
@@ -90,8 +91,8 @@ def test_every_tensor_as_an_output_same_bits(small_cuts):
     """Extra outputs the gate asks for (tensors inside segments) come out as the whole graph computes them."""
     model = _wide()
     inner = [f"conv{i}" for i in range(0, 40, 7)] + ["k3", "h0"]
-    m = verify_mod._with_outputs(model, inner)
-    whole, seg = verify_mod._session(m), verify_mod.session(m)
+    m = gate_runs._with_outputs(model, inner)
+    whole, seg = runtime.session_as_written(m), gate_runs.session(m)
     assert isinstance(seg, segments.SegmentedSession)
     feed = _feeds(3)
     for a, b in zip(seg.run(inner, feed), whole.run(inner, feed)):
@@ -99,7 +100,7 @@ def test_every_tensor_as_an_output_same_bits(small_cuts):
 
 
 def test_run_errors_as_onnxruntime_says_them(small_cuts):
-    seg = verify_mod.session(_wide())
+    seg = gate_runs.session(_wide())
     feed = _feeds()
     with pytest.raises(ValueError, match="Invalid input name: z"):
         seg.run(None, {**feed, "z": feed["x"]})
@@ -114,13 +115,13 @@ def test_a_node_onnxruntime_rejects_in_a_late_segment_is_rejected(small_cuts):
     late = next(n for n in reversed(model.graph.node) if n.op_type == "Mul")
     late.op_type = "NoSuchOp"
     with pytest.raises(Exception) as whole_err:
-        verify_mod._session(model)
+        runtime.session_as_written(model)
     assert segments.plan(model) is not None
     with pytest.raises(Exception) as seg_err:
-        verify_mod.session(model)
+        gate_runs.session(model)
     assert "NoSuchOp" in str(seg_err.value) and "NoSuchOp" in str(whole_err.value)
     # the gate: a fixed model onnxruntime rejects fails it, segmented or not
-    v = verify_mod.verify(_wide(), model, contract=VerifyContract("exact"))
+    v = gate_check.verify(_wide(), model, contract=VerifyContract("exact"))
     assert not v.ok and "does not load" in v.outputs[0].detail and "NoSuchOp" in v.outputs[0].detail
 
 
@@ -134,9 +135,9 @@ def test_a_declared_type_that_contradicts_a_segment_is_rejected(small_cuts):
         if v.name == crossing:
             v.type.tensor_type.elem_type = TensorProto.INT8
     with pytest.raises(Exception):
-        verify_mod._session(model)
+        runtime.session_as_written(model)
     with pytest.raises(Exception):
-        verify_mod.session(model)
+        gate_runs.session(model)
 
 
 def _edit(model, fn):
@@ -172,7 +173,7 @@ def test_graphs_that_stay_whole(small_cuts, why, monkeypatch):
         g.output.append(helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5]))
     assert segments.plan(model) is None
     if why in ("small", "subgraph", "unused-input", "output-is-input"):
-        assert not isinstance(verify_mod.session(model), segments.SegmentedSession)
+        assert not isinstance(gate_runs.session(model), segments.SegmentedSession)
 
 
 def test_topological_order_of_an_unsorted_graph(small_cuts):
@@ -187,7 +188,7 @@ def test_topological_order_of_an_unsorted_graph(small_cuts):
         for k in seg:
             assert all(t in made for t in cut.reads[k])
             made.update(cut.writes[k])
-    seg, whole = verify_mod.session(shuffled), verify_mod._session(model)
+    seg, whole = gate_runs.session(shuffled), runtime.session_as_written(model)
     feed = _feeds(4)
     for a, b in zip(seg.run(None, feed), whole.run(None, feed)):
         assert np.array_equal(a, b)
@@ -222,10 +223,10 @@ def test_fetching_inner_tensors_keeps_the_segments_made_by_the_shared_threads(sm
     model = _wide()
     cut = segments.plan(model)
     crossing = [t for ins in cut.inputs for t in ins if t not in ("x", "y")]
-    m = verify_mod._with_outputs(model, crossing[:5])
-    begun = verify_mod.begin_session(m)
+    m = gate_runs._with_outputs(model, crossing[:5])
+    begun = gate_runs.begin_session(m)
     assert isinstance(begun, segments.SegmentedSession) and begun._futures  # handed over, not made in order
-    whole = verify_mod._session(m)
+    whole = runtime.session_as_written(m)
     feed = _feeds(5)
     for a, b in zip(begun.ready().run(crossing[:5], feed), whole.run(crossing[:5], feed)):
         assert np.array_equal(a, b)
@@ -241,7 +242,7 @@ def test_an_original_onnxruntime_rejects_is_an_input_error_with_nothing_left_loa
     fixed = _wide()
     fixed.graph.node[3].name = "renamed"
     started, ended = [], []
-    real = verify_mod.runtime_session
+    real = runtime.runtime_session
 
     def spy(data, opts, **kw):  # (every session the gate makes, of a segment's bytes or of a model)
         started.append(len(data))
@@ -250,9 +251,9 @@ def test_an_original_onnxruntime_rejects_is_an_input_error_with_nothing_left_loa
         finally:
             ended.append(len(data))
 
-    monkeypatch.setattr(verify_mod, "runtime_session", spy)
+    monkeypatch.setattr(runtime, "runtime_session", spy)
     with pytest.raises(InputError):
-        verify_mod.verify(bad, fixed, contract=VerifyContract("exact"))
+        gate_check.verify(bad, fixed, contract=VerifyContract("exact"))
     assert len(ended) == len(started) >= 2 * len(segments.plan(bad).segments)
 
 
@@ -264,11 +265,11 @@ def test_no_segment_thread_outlives_the_gate_or_a_session(small_cuts):
     def segment_threads():
         return [t for t in threading.enumerate() if t.name.startswith("nafix-segment")]
 
-    seg = verify_mod.session(_wide())
+    seg = gate_runs.session(_wide())
     assert isinstance(seg, segments.SegmentedSession) and not segment_threads()
     fixed = _wide()
     fixed.graph.node[3].name = "renamed"
-    v = verify_mod.verify(_wide(), fixed, contract=VerifyContract("exact"))
+    v = gate_check.verify(_wide(), fixed, contract=VerifyContract("exact"))
     assert v.ok and not segment_threads()
 
 
@@ -284,7 +285,7 @@ def test_leaving_the_shared_block_early_drops_the_segments_not_started(small_cut
         import time
 
         time.sleep(0.05)
-        return verify_mod._session(m)
+        return runtime.session_as_written(m)
 
     with pytest.raises(RuntimeError, match="stop"):
         with segments.shared_workers():
@@ -309,12 +310,12 @@ def test_a_stale_declaration_of_a_crossing_tensor_gives_the_whole_graphs_answer(
             else:
                 v.type.tensor_type.elem_type = TensorProto.DOUBLE
     try:
-        whole = verify_mod._session(model)
+        whole = runtime.session_as_written(model)
     except Exception as exc:  # noqa: BLE001 - then the segmented graph must be rejected too
         with pytest.raises(type(exc)):
-            verify_mod.session(model)
+            gate_runs.session(model)
         return
-    seg = verify_mod.session(model)
+    seg = gate_runs.session(model)
     feed = _feeds(6)
     for a, b in zip(seg.run(None, feed), whole.run(None, feed)):
         assert np.array_equal(a, b)
@@ -358,10 +359,10 @@ def test_segments_handed_over_serialized_are_the_models_bytes(small_cuts):
     """With ``make_serialized`` (the gate's), a segment is handed over as the bytes it is assembled
     of: the model ``make`` would get, serialized, with a bound at least its initializers and Constant
     nodes; the gate's maker loads them at the IR version onnxruntime accepts, as the model's session."""
-    from fixer.model_io import runtime_initializers
+    from fixer.runtime import runtime_initializers
 
     model = _wide()
-    assert model.ir_version > verify_mod.MAX_RUNTIME_IR_VERSION  # (the cap is exercised)
+    assert model.ir_version > runtime.MAX_RUNTIME_IR_VERSION  # (the cap is exercised)
     cut = segments.plan(model)
     as_models = [f.result() for f in segments.SegmentedSession(model, cut, lambda m: m)._futures]
     got = [f.result() for f in segments.SegmentedSession(model, cut, lambda m: m,
@@ -369,8 +370,8 @@ def test_segments_handed_over_serialized_are_the_models_bytes(small_cuts):
     assert [onnx.ModelProto.FromString(d) for d, _ in got] == as_models  # (the fields in another order)
     assert all(n >= runtime_initializers(m) for (_, n), m in zip(got, as_models))
     assert any(runtime_initializers(m) > len(m.graph.initializer) for m in as_models)  # Constant nodes counted
-    make = verify_mod._serialized_session(model.ir_version)
-    serialized, of_model = make(*got[0]), verify_mod._session(as_models[0])
+    make = runtime.serialized_sessions(model.ir_version)
+    serialized, of_model = make(*got[0]), runtime.session_as_written(as_models[0])
     assert [(a.name, a.type, a.shape) for a in serialized.get_outputs()] == \
         [(a.name, a.type, a.shape) for a in of_model.get_outputs()]
     feed = {i.name: v for i, v in zip(of_model.get_inputs(), _feeds(3).values())}
@@ -385,7 +386,7 @@ def test_extra_outputs_without_a_copy_are_the_copys_segments(small_cuts):
     whole, as such a graph output does."""
     model = _wide()
     extra = ["conv7", "h0", "k3", "conv7", model.graph.output[1].name, "sub30"]
-    copy = verify_mod._with_outputs(model, extra)
+    copy = gate_runs._with_outputs(model, extra)
     nodes = list(model.graph.node)
     given = segments.plan(model, extra=extra,
                           names=lambda: ([n.input[:] for n in nodes], [n.output[:] for n in nodes]))
@@ -398,14 +399,14 @@ def test_extra_outputs_without_a_copy_are_the_copys_segments(small_cuts):
 
     assert segment_bytes(model, given, extra=extra) == segment_bytes(copy, segments.plan(copy))
     feed = _feeds(4)
-    a = verify_mod.begin_session(model, extra=extra).ready()
-    b = verify_mod._session(copy)
+    a = gate_runs.begin_session(model, extra=extra).ready()
+    b = runtime.session_as_written(copy)
     assert isinstance(a, segments.SegmentedSession)
     assert [o.name for o in a.get_outputs()] == [o.name for o in b.get_outputs()]
     for x, y in zip(a.run(None, feed), b.run(None, feed)):
         assert np.array_equal(x, y)
     assert segments.plan(model, extra=["x"]) is None  # a graph input fetched as an output: made whole
-    whole = verify_mod.begin_session(model, extra=["x", "conv7"]).ready()
+    whole = gate_runs.begin_session(model, extra=["x", "conv7"]).ready()
     assert not isinstance(whole, segments.SegmentedSession)
     assert [o.name for o in whole.get_outputs()][-2:] == ["x", "conv7"]
 
@@ -416,8 +417,8 @@ def test_segments_only_checked_to_load_hold_no_session_and_run_as_kept_ones(smal
     segment's session is dropped once made, what it loaded as is still described as a kept session
     describes it, and running it makes the sessions again, with the same values."""
     model = _wide(value_info=value_info)
-    kept = verify_mod.begin_session(model).ready()
-    checked = verify_mod.begin_session(model, keep=False).ready()
+    kept = gate_runs.begin_session(model).ready()
+    checked = gate_runs.begin_session(model, keep=False).ready()
     assert isinstance(checked, segments.SegmentedSession)
     assert checked._ordered is (not value_info)  # without boundary declarations: made one after another
     assert checked._sessions and all(type(s) is segments.Loaded for s in checked._sessions)
@@ -434,7 +435,7 @@ def test_a_segment_onnxruntime_rejects_is_rejected_when_only_checked_to_load(sma
     model = _wide()
     next(n for n in reversed(model.graph.node) if n.op_type == "Mul").op_type = "NoSuchOp"
     with pytest.raises(Exception, match="NoSuchOp"):
-        verify_mod.begin_session(model, keep=False).ready()
+        gate_runs.begin_session(model, keep=False).ready()
 
 
 def test_the_gate_holds_the_fixed_models_segments_only_where_it_runs_them(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from fixer import model_io, shape_fill
+from fixer import model_io, shape_fill, shapes
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "models"
 U8 = TensorProto.UINT8
@@ -35,8 +35,8 @@ def _ort_shapes(model: onnx.ModelProto, names: list[str], feeds: dict) -> dict[s
 
 def _inferred(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     warnings: list[str] = []
-    inferred = model_io._infer_shapes(model, Path("<test>"), warnings)
-    return inferred, model_io._unknown_shape_tensors(inferred)
+    inferred = shapes.infer_shapes(model, Path("<test>"), warnings)
+    return inferred, shapes.unknown_shape_tensors(inferred)
 
 
 def _check_against_ort(model: onnx.ModelProto, feeds: dict) -> list[str]:
@@ -266,7 +266,7 @@ def test_real_models_load_exactly_as_with_the_onnxruntime_probe(name, monkeypatc
 
 
 # ------------------------------------------------------------------------------------------------
-# shape inference with the weights held apart (model_io._infer_apart)
+# shape inference with the weights held apart (shapes._infer_apart)
 # ------------------------------------------------------------------------------------------------
 
 SAMPLES = Path(__file__).resolve().parents[1] / "sample_models"
@@ -284,8 +284,8 @@ def test_inference_with_weights_apart_equals_plain_inference(path):
     warnings: list[str] = []
     twin = onnx.ModelProto()
     twin.CopyFrom(model)
-    plain = model_io._infer_shapes(model, path, warnings)
-    apart = model_io._infer_shapes(twin, path, warnings, weights_apart=True)
+    plain = shapes.infer_shapes(model, path, warnings)
+    apart = shapes.infer_shapes(twin, path, warnings, weights_apart=True)
     assert not warnings
     assert apart.SerializeToString() == plain.SerializeToString()
 
@@ -301,17 +301,17 @@ def test_weights_apart_really_strips_large_weights(monkeypatch, mirror):
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     seen = []
     if mirror:
-        assert model_io._vi_mirror() is not None
-        real_c = model_io.shape_inference.C.infer_shapes
-        monkeypatch.setattr(model_io.shape_inference.C, "infer_shapes", lambda b, *a: seen.append(
+        assert shapes._vi_mirror() is not None
+        real_c = shapes.shape_inference.C.infer_shapes
+        monkeypatch.setattr(shapes.shape_inference.C, "infer_shapes", lambda b, *a: seen.append(
             len(onnx.load_from_string(b).graph.initializer[0].raw_data)) or real_c(b, *a))
     else:
-        monkeypatch.setattr(model_io, "_VI_MIRROR", [None])
-    real = model_io.shape_inference.infer_shapes
-    monkeypatch.setattr(model_io.shape_inference, "infer_shapes",
+        monkeypatch.setattr(shapes, "_VI_MIRROR", [None])
+    real = shapes.shape_inference.infer_shapes
+    monkeypatch.setattr(shapes.shape_inference, "infer_shapes",
                         lambda m, **k: seen.append(len(m.graph.initializer[0].raw_data)) or real(m, **k))
     static: list = []
-    out = model_io._infer_shapes(model, Path("<test>"), [], weights_apart=True, static_out=static)
+    out = shapes.infer_shapes(model, Path("<test>"), [], weights_apart=True, static_out=static)
     assert seen == [0]
     np.testing.assert_array_equal(numpy_helper.to_array(out.graph.initializer[0]), w)
     assert [d.dim_value for d in out.graph.output[0].type.tensor_type.shape.dim] == [1, 16, 3, 3]
@@ -319,7 +319,7 @@ def test_weights_apart_really_strips_large_weights(monkeypatch, mirror):
 
 
 def _unknown_reference(model: onnx.ModelProto) -> list[str]:
-    """The plain per-dimension walk model_io._unknown_shape_tensors replaces (no caching)."""
+    """The plain per-dimension walk shapes.unknown_shape_tensors replaces (no caching)."""
     g = model.graph
     known = {t.name for t in g.initializer}
     for vi in (*g.value_info, *g.output, *g.input):
@@ -336,10 +336,10 @@ def test_unknown_shape_tensors_equal_the_plain_walk(path, monkeypatch):
     shared and sample model; so is what the walk over the model itself finds (with the initializer
     names read by the node scan, and the common all-known answer decided by a set comparison)."""
     asked = []
-    monkeypatch.setattr(model_io, "_fill_shapes_by_running",
+    monkeypatch.setattr(model_io, "fill_shapes_by_running",
                         lambda m, w, produced=None, static=None, initializers=None: asked.append(
-                            (static is not None, model_io._unknown_shape_tensors(m, produced, static, initializers),
-                             model_io._unknown_shape_tensors(m), _unknown_reference(m),
+                            (static is not None, shapes.unknown_shape_tensors(m, produced, static, initializers),
+                             shapes.unknown_shape_tensors(m), _unknown_reference(m),
                              initializers == {t.name for t in m.graph.initializer})))
     model_io.load_model(path)
     for from_answer, got, walked, want, same_initializers in asked:
@@ -359,7 +359,7 @@ def test_unknown_shape_tensors_tells_symbolic_and_zero_dims_apart():
                     helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, "n"]),
                     helper.make_tensor_value_info("c", TensorProto.FLOAT, [0, 2])])
     m = helper.make_model(g)
-    assert model_io._unknown_shape_tensors(m) == ["b"] == _unknown_reference(m)
+    assert shapes.unknown_shape_tensors(m) == ["b"] == _unknown_reference(m)
 
 
 def test_a_graph_with_subgraphs_gets_plain_inference(tmp_path, monkeypatch):
@@ -376,7 +376,7 @@ def test_a_graph_with_subgraphs_gets_plain_inference(tmp_path, monkeypatch):
     def refuse(model):
         raise AssertionError("_infer_apart on a graph with subgraphs")
 
-    monkeypatch.setattr(model_io, "_infer_apart", refuse)
+    monkeypatch.setattr(shapes, "_infer_apart", refuse)
     loaded = model_io.load_model(p)
     assert not any("shape inference failed" in w for w in loaded.warnings)
 
@@ -453,11 +453,11 @@ def test_static_names_read_from_the_answer_equal_the_plain_walk():
                     helper.make_tensor_value_info("f", TensorProto.FLOAT, [1, 2]), seq])
     m = helper.make_model(g)
     m.graph.value_info[-2].type.tensor_type.shape.dim[1].ClearField("dim_value")  # a dim with neither field
-    typed = model_io._vi_mirror().FromString(m.SerializeToString())
+    typed = shapes._vi_mirror().FromString(m.SerializeToString())
     want = {vi.name for vi in (*m.graph.value_info, *m.graph.output)
             if vi.type.tensor_type.HasField("shape")
             and all(d.HasField("dim_value") for d in vi.type.tensor_type.shape.dim)}
-    assert model_io._static_names(typed.graph) == want == {"o1", "a", "c", "e"}
+    assert shapes._static_names(typed.graph) == want == {"o1", "a", "c", "e"}
 
 
 def test_unknown_shape_tensors_keeps_node_order_with_given_names():
@@ -470,25 +470,25 @@ def test_unknown_shape_tensors_keeps_node_order_with_given_names():
         value_info=[helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 2])])
     m = helper.make_model(g)
     produced = ["d", "a", "c", "b"]
-    assert model_io._unknown_shape_tensors(m, produced, {"a", "b"}, set()) == ["d", "c"] == _unknown_reference(m)
-    assert model_io._unknown_shape_tensors(m, produced, {"a", "b"}, {"c", "d"}) == []
+    assert shapes.unknown_shape_tensors(m, produced, {"a", "b"}, set()) == ["d", "c"] == _unknown_reference(m)
+    assert shapes.unknown_shape_tensors(m, produced, {"a", "b"}, {"c", "d"}) == []
 
 
 def test_a_mirror_failing_its_self_test_leaves_the_plain_path(monkeypatch):
     """Should onnx's inference binding not answer as infer_shapes does (here: it fails), no mirror
     is used and inference with the weights apart still gives the plain result, without a warning."""
-    monkeypatch.setattr(model_io, "_VI_MIRROR", [])
-    monkeypatch.setattr(model_io.shape_inference.C, "infer_shapes", lambda *a: b"\xff")
-    assert model_io._vi_mirror() is None
+    monkeypatch.setattr(shapes, "_VI_MIRROR", [])
+    monkeypatch.setattr(shapes.shape_inference.C, "infer_shapes", lambda *a: b"\xff")
+    assert shapes._vi_mirror() is None
     monkeypatch.undo()  # (the plain path calls infer_shapes, which needs the real binding)
-    monkeypatch.setattr(model_io, "_VI_MIRROR", [None])
+    monkeypatch.setattr(shapes, "_VI_MIRROR", [None])
     path = SHARED / "tenvad__ten-vad.onnx"
     if not path.exists():
         pytest.skip("tenvad__ten-vad.onnx is absent")
     model, twin = onnx.load(str(path)), onnx.load(str(path))
     warnings: list[str] = []
     static: list = []
-    apart = model_io._infer_shapes(model, path, warnings, weights_apart=True, static_out=static)
-    plain = model_io._infer_shapes(twin, path, warnings)
+    apart = shapes.infer_shapes(model, path, warnings, weights_apart=True, static_out=static)
+    plain = shapes.infer_shapes(twin, path, warnings)
     assert not warnings and not static
     assert apart.SerializeToString() == plain.SerializeToString()

@@ -148,12 +148,9 @@ def _float_input_ranges(model: onnx.ModelProto) -> dict[str, tuple[float, float]
 
 
 def _session(model: onnx.ModelProto):
-    import onnxruntime as ort
+    from ..runtime import runtime_session, session_options
 
-    opts = ort.SessionOptions()
-    opts.log_severity_level = 3
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return runtime_session(model.SerializeToString(), session_options(), initializers=0)
 
 
 def _fed_model(imp: ImportedTFLite) -> tuple[onnx.ModelProto, dict[int, str], dict[int, tuple]]:
@@ -404,7 +401,7 @@ def compare_model(imp: ImportedTFLite, model: onnx.ModelProto, *, io_changes=(),
     is fed the interpreter's float input quantized as the application would (round half to even), such
     an output is dequantized with its recorded scale and zero-point before the comparison. None when
     no interpreter is installed or the model's interface is not the TFLite one up to those changes."""
-    from ..verify import dequantize, quantize_like_ort
+    from ..gate import dequantize, quantize_like_ort
 
     if interpreter_class() is None:
         return None

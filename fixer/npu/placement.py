@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 from .. import ir
 
-from ..graph import MOVEMENT_OPS, QDQ_OPS, GraphView, node_label
+from ..graph import MOVEMENT_OPS, QDQ_OPS, GraphView, node_label, quantized_ops
 from .constraints import GENERIC, HAZARDS, REGISTRY
 from .profile import TargetProfile
 
@@ -390,7 +390,7 @@ def place(view: GraphView, profile: TargetProfile, *, domain: QuantDomain | None
         more = f" (and {len(rs) - 1} more node(s))" if len(rs) > 1 else ""
         first = rs[0]
         model_findings.append(Reason(cid, first.requirement, first.detail + more, first.tag, first.severity))
-    if not any(n.op in QDQ_OPS or n.op.startswith("QLinear") for n in view.nodes) and any(
+    if not quantized_ops(n.op for n in view.nodes) and any(
         p.unit == SW for p in nodes
     ):
         model_findings.append(Reason(

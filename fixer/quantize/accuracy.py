@@ -36,7 +36,7 @@ class QuantAccuracy:
 
 
 def _session(model: onnx.ModelProto):
-    from ..verify import session
+    from ..gate import session
 
     return session(model)
 
@@ -215,9 +215,9 @@ class _Probe:
 
     def __init__(self, aug: onnx.ModelProto, tensors: Sequence[str], types: Mapping[str, int]):
         """``aug``: a copy of the model, made the probe's model in place."""
-        import onnxruntime as ort
-
         from onnx import helper
+
+        from ..runtime import runtime_session, session_options
 
         self.inputs = {i.name for i in aug.graph.input} - {t.name for t in aug.graph.initializer}
         self.own_outputs = {o.name for o in aug.graph.output}
@@ -230,16 +230,12 @@ class _Probe:
                 present.add(name)
         self.outputs = present  # what a run may fetch, besides the inputs
         data = aug.SerializeToString()
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        so.log_severity_level = 3
         # many intermediate tensors are outputs here: without the arena each run's buffers go back
-        # to the system instead of growing the session's pool (the time it costs is page faults)
-        so.enable_cpu_mem_arena = False
-        # idle worker threads sleep instead of spinning: scheduling only (the same kernels, the same
+        # to the system instead of growing the session's pool (the time it costs is page faults).
+        # Idle worker threads sleep instead of spinning: scheduling only (the same kernels, the same
         # bits); on a loaded 2-core machine the spinning took ~40% more CPU time for the same runs
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self.session = ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        so = session_options(arena=False, spinning=False)
+        self.session = runtime_session(data, so, initializers=0)
         self._last: dict[str, np.ndarray] = {}  # intermediate arrays of the last reuse run
         self._last_inputs: dict[str, tuple] = {}
 

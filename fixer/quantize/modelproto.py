@@ -122,6 +122,9 @@ def _drop_ort_metadata(model: onnx.ModelProto) -> None:
 
 
 def _is_quantized(model: onnx.ModelProto) -> bool:
+    """:func:`fixer.graph.is_quantized`, or an integer op (ConvInteger, MatMulInteger): what
+    onnxruntime quantization must not be run on again (not the same question: a model with only
+    integer ops is float to the NPU's placement)."""
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") or n.op_type.startswith("QLinear")
                or n.op_type in ("ConvInteger", "MatMulInteger") for n in model.graph.node)
 
