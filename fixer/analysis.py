@@ -9,7 +9,7 @@ from pathlib import Path
 from . import ir
 from .graph import GraphView
 from .model_io import LoadedModel
-from .npu.estimate import estimate_epochs
+from .npu.estimate import EpochEstimate, estimate_epochs
 from .npu.latency import estimate_latency
 from .npu.memory import MemoryEstimate, estimate_memory
 from .npu.placement import Reason, place, quant_domain
@@ -29,13 +29,23 @@ def analyze_model(model_or_loaded, *, profile: TargetProfile, pools=None, path: 
         placement, estimate = placed[1:]
     else:
         placement = place(view, profile, domain=domain)
+        estimate = None
+    estimate, memory = timed_estimate(view, placement, profile, pools, domain=domain, estimate=estimate)
+    findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
+    return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)
+
+
+def timed_estimate(view: GraphView, placement, profile: TargetProfile, pools, *, domain=None,
+                   estimate: EpochEstimate | None = None) -> tuple[EpochEstimate, MemoryEstimate]:
+    """The epoch estimate (``estimate`` when already made) with its estimated time, and the memory
+    estimate under ``pools`` the time is costed with: what the analysis reports, and what the engine's
+    never-worse guard compares against it."""
+    domain = quant_domain(view, profile) if domain is None else domain
+    if estimate is None:
         estimate = estimate_epochs(view, placement, profile, domain=domain)
     memory = estimate_memory(view, placement, domain, pools)
     latency = estimate_latency(view, placement, estimate, memory, profile, pools)
-    if latency is not None:
-        estimate = dataclasses.replace(estimate, latency=latency)
-    findings = list(placement.model_findings) + _model_findings(loaded, profile, memory)
-    return ModelAnalysis(loaded.path, loaded, view, placement, estimate, memory, findings, profile)
+    return (estimate if latency is None else dataclasses.replace(estimate, latency=latency)), memory
 
 
 def _model_findings(loaded: LoadedModel, profile: TargetProfile, memory: MemoryEstimate) -> list[Reason]:

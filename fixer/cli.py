@@ -730,11 +730,7 @@ def calibrate_cmd(
                                     target_profile=target_profile)
         except NafixError as exc:
             _fail(exc)
-        if fmt == OutFormat.json:
-            _stdout(escape.json_text({"estimated": True, "summary": times_summary(trows),
-                                "rows": [r.as_dict() for r in trows]}, indent=2) + "\n")
-        else:
-            _stdout(times_table(trows))
+        _calibration_out(fmt, times_summary(trows), trows, times_table)
         return
     if pairs_dir is None:
         _fail(UsageError("give a folder of (model, report) pairs, or --times FILE.csv."))
@@ -742,11 +738,16 @@ def calibrate_cmd(
         rows = calibrate(pairs_dir, target_profile=target_profile)
     except NafixError as exc:
         _fail(exc)
+    _calibration_out(fmt, summary(rows), rows, calibration_table)
+
+
+def _calibration_out(fmt: "OutFormat", summary: dict, rows: list, table) -> None:
+    """A calibration's rows on stdout: JSON (its summary and rows, estimated), or ``table(rows)``."""
     if fmt == OutFormat.json:
-        _stdout(escape.json_text({"estimated": True, "summary": summary(rows),
-                                     "rows": [r.as_dict() for r in rows]}, indent=2) + "\n")
+        _stdout(escape.json_text({"estimated": True, "summary": summary, "rows": [r.as_dict() for r in rows]},
+                                 indent=2) + "\n")
     else:
-        _stdout(calibration_table(rows))
+        _stdout(table(rows))
 
 
 @app.command("explain")

@@ -347,21 +347,13 @@ def _advisable(placement, est: EpochEstimate | None) -> set[str]:
 
 def _estimate(view: GraphView, placement, profile: TargetProfile, pools) -> EpochEstimate:
     """The guard's estimate: epochs and, where the profile has a cost model, the estimated time with
-    the memory estimate under ``pools`` (as :func:`fixer.analysis.analyze_model` makes it, so the
-    engine compares like with like against the analysis before the fix)."""
-    import dataclasses
-
-    from .npu.latency import estimate_latency, latency_model
-    from .npu.memory import estimate_memory
-    from .npu.placement import quant_domain
+    the memory estimate under ``pools``, as the analysis before the fix makes it (like with like)."""
+    from .analysis import timed_estimate
+    from .npu.latency import latency_model
 
     if latency_model(profile) is None:
         return estimate_epochs(view, placement, profile)
-    domain = quant_domain(view, profile)
-    est = estimate_epochs(view, placement, profile, domain=domain)
-    memory = estimate_memory(view, placement, domain, pools)
-    latency = estimate_latency(view, placement, est, memory, profile, pools)
-    return est if latency is None else dataclasses.replace(est, latency=latency)
+    return timed_estimate(view, placement, profile, pools)[0]
 
 
 def _commit_candidate(att: _Attempt, current: onnx.ModelProto, profile: TargetProfile, *, guard: bool, pools=None):

@@ -1578,16 +1578,22 @@ def export_onnx(graph: Graph, do_type_check: bool = False) -> onnx.ModelProto:
     if src is not None and src.model is not None:
         # the model fields the graph does not model (doc string, metadata, domain, model version,
         # training info, configuration) as imported
-        for fd, value in src.model.ListFields():
-            if fd.name in _MODEL_MODELED:
-                continue
-            if getattr(fd, "is_repeated", None) or getattr(fd, "label", None) == 3:  # 3: LABEL_REPEATED
-                getattr(model, fd.name).extend(value)
-            elif fd.type == fd.TYPE_MESSAGE:
-                getattr(model, fd.name).CopyFrom(value)
-            else:
-                setattr(model, fd.name, value)
+        copy_fields(src.model, model, skip=_MODEL_MODELED)
     return model
+
+
+def copy_fields(src, dst, *, skip=frozenset()) -> None:
+    """Every field ``src`` has set, but those named in ``skip``, onto ``dst`` (a message of the same
+    type): repeated fields appended, sub-messages copied, scalars set."""
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        if getattr(fd, "is_repeated", None) or getattr(fd, "label", None) == 3:  # 3: LABEL_REPEATED
+            getattr(dst, fd.name).extend(value)
+        elif fd.type == fd.TYPE_MESSAGE:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
 
 
 #: ModelProto fields the graph carries (or export writes itself)

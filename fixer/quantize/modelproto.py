@@ -88,15 +88,7 @@ def _export(graph, template: onnx.ModelProto) -> onnx.ModelProto:
     for fd in out.DESCRIPTOR.fields:
         if fd.name != "graph":
             out.ClearField(fd.name)
-    for fd, value in template.ListFields():
-        if fd.name == "graph":
-            continue
-        if getattr(fd, "is_repeated", None) or getattr(fd, "label", None) == 3:  # 3: LABEL_REPEATED
-            getattr(out, fd.name).extend(value)
-        elif fd.type == fd.TYPE_MESSAGE:
-            getattr(out, fd.name).CopyFrom(value)
-        else:
-            setattr(out, fd.name, value)
+    ir.copy_fields(template, out, skip={"graph"})
     return out
 
 
