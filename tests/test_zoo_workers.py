@@ -198,6 +198,13 @@ def with_pgid_cleanup(pgid: int) -> None:
         pass
 
 
+def _sigint_default() -> None:
+    """The nafix under test starts as from a terminal, where Ctrl-C is not ignored: a job that a shell
+    without job control started in the background (a CI runner's script, ``cmd &``) has SIGINT ignored,
+    and Python then leaves it ignored (nafix then rightly finishes its work)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @linux_only
 @pytest.mark.parametrize("script,processes", [(CLI, 2), (CLI_ORT, 4)], ids=["forked-workers", "fork-server"])
 def test_ctrl_c_ends_the_audit_with_one_line_and_nothing_left(busy_zoo, tmp_path, script, processes):
@@ -208,7 +215,8 @@ def test_ctrl_c_ends_the_audit_with_one_line_and_nothing_left(busy_zoo, tmp_path
     out.mkdir()
     p = subprocess.Popen([sys.executable, "-c", script, "audit", str(busy_zoo), "-j", "2", "--cache-dir", str(cache),
                           "--timeout", "600", "-o", str(out / "report.json")], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                         preexec_fn=_sigint_default)
     try:
         procs = wait_for_workers(p, processes)
         os.killpg(p.pid, signal.SIGINT)
