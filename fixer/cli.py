@@ -815,6 +815,43 @@ def explain_cmd(
         out.print(line, highlight=False)
 
 
+@app.command("config")
+def config_cmd(
+    path: Optional[str] = typer.Argument(None, help="A model (its per-path values apply) or a folder to search the config from (default: the current folder)."),
+    command: str = typer.Option("audit", "--command", help="Show the options of this command (audit, fix, compile, ...)."),
+):
+    """Print the effective configuration and where each value comes from (file:key or default)."""
+    from . import config
+
+    commands = getattr(typer.main.get_command(app), "commands", {})
+    sub = commands.get(command)
+    if sub is None or command == "config":
+        _error(f"--command {command}: not a nafix command (one of {', '.join(n for n in commands if n != 'config')}).")
+        raise typer.Exit(2)
+    try:
+        start = Path(path) if path is not None else None
+        if start is not None and not start.exists():
+            raise NafixError(f"{path}: no such file or folder.")
+        cfg = config.load(config.options_of(commands.values()), start)
+    except NafixError as exc:
+        _fail(exc)
+    values = cfg.for_model(path if path is not None and Path(path).is_file() else None)
+    lines = [f"# config: {cfg.file if cfg.file is not None else 'none found (defaults only)'}",
+             f"# command: {command}; CLI flags override every value below"]
+    for p in sub.params:
+        longs = [o for o in getattr(p, "opts", ()) if o.startswith("--")]
+        if not longs or p.param_type_name != "option" or longs[0][2:] in config.NOT_IN_FILE:
+            continue
+        key = longs[0][2:]
+        if key in values:
+            value, source = values[key]
+        else:
+            value, source = p.default, "default"
+            value = getattr(value, "value", value)
+        lines.append(f"{key} = {value!r}  # {source}")
+    _stdout("\n".join(lines) + "\n")
+
+
 def _read_text_input(path: Path, what: str) -> str:
     """Read a text input file, or raise one InputError sentence (missing, a folder, a FIFO, unreadable)."""
     from .errors import InputError
@@ -1025,11 +1062,57 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.stdout = real_stdout
 
 
+def _config_defaults(args: list[str]) -> dict:
+    """The project config (pyproject.toml [tool.nafix] or nafix.toml) as click's default_map.
+
+    Per-path tables apply to the model of the command line: the one model of fix/compile/explain,
+    or audit's models when they all get the same values (else audit groups them, see audit_cmd)."""
+    from . import config
+
+    group = typer.main.get_command(app)
+    commands = getattr(group, "commands", {})
+    cfg = config.load(config.options_of(commands.values()))
+    if cfg.file is None:
+        return {}
+    _state["config"] = cfg
+    name = next((a for a in args if a in commands), None)
+    model = None
+    if name is not None and name != "config":
+        sub = commands[name]
+        rest = args[args.index(name) + 1:]
+        try:
+            ctx = sub.make_context(name, list(rest), resilient_parsing=True)
+            given = ctx.params.get("model") or ctx.params.get("paths")
+        except Exception:  # noqa: BLE001 - the real parse reports usage errors
+            given = None
+        if isinstance(given, (list, tuple)):
+            files = _audit_files(given)
+            distinct = {repr(sorted(cfg.for_model(f).items())) for f in files}
+            model = files[0] if files and len(distinct) == 1 else None
+        elif given:
+            model = given
+    return {n: config.default_map(cfg, c, model) for n, c in commands.items()}
+
+
+def _audit_files(paths) -> list:
+    from .api import collect_models
+
+    try:
+        return collect_models([p for p in paths if Path(p).exists()])
+    except OSError:
+        return []
+
+
 def _main(args: list[str]) -> None:
     ce = _click_exceptions()
     no_args = getattr(ce, "NoArgsIsHelpError", None)
     try:
-        code = app(args=args, prog_name="nafix", standalone_mode=False)
+        try:
+            defaults = _config_defaults(args)
+        except NafixError as exc:
+            _error(exc.message)
+            sys.exit(exc.exit_code)
+        code = app(args=args, prog_name="nafix", standalone_mode=False, default_map=defaults)
     except NafixError as exc:  # pragma: no cover - commands catch their own
         _error(exc.message)
         sys.exit(exc.exit_code)
