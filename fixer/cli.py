@@ -275,6 +275,7 @@ STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilit
 
 @app.command("audit")
 def audit_cmd(
+    ctx: typer.Context,
     paths: List[str] = typer.Argument(..., help="Model files or folders (searched recursively). `nafix audit merge REPORT.json...` joins reports."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw), or when a model has a finding that makes stedgeai fail (error)."),
@@ -300,6 +301,8 @@ def audit_cmd(
     """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
     from .zoo.runner import Shard, ZooOptions, audit_rows, build_report
 
+    _state["audit_ctx"] = ctx
+
     paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
     try:
         # the baseline read is an input of the report (-o), not of --write-baseline (which may refresh it)
@@ -307,7 +310,10 @@ def audit_cmd(
                                 protected=paths + ([Path(baseline)] if baseline is not None else []))
         baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
         _distinct_outputs(("-o/--output", target), ("--write-baseline", baseline_target))
-        opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
+        analysis = dict(target_profile=target_profile, stedgeai_option=stedgeai_option, input_shape=input_shape,
+                        mpool=mpool, profile=profile, core=core)
+        groups = _per_path_groups(paths, analysis)
+        opts = _analysis_options(**groups[0][1])
         zoo = ZooOptions(jobs=jobs, timeout=timeout, cache_dir=Path(cache_dir) if cache_dir else None,
                          use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor,
                          own_process=True)
@@ -317,7 +323,10 @@ def audit_cmd(
 
             base = load_baseline(baseline)
         with _Progress(err.is_terminal, "auditing", failures=True) as cb:
-            rows, _stats = audit_rows(paths, opts, zoo, progress=cb)
+            rows = []
+            for group_paths, group_options in groups:  # one group unless per-path config values differ
+                rows += audit_rows(group_paths, _analysis_options(**group_options), zoo, progress=cb)[0]
+            rows.sort(key=lambda r: r["path"])
     except NafixError as exc:
         _fail(exc)
     profile_name = opts.target_profile or "stm32n6"
@@ -1092,6 +1101,31 @@ def _config_defaults(args: list[str]) -> dict:
         elif given:
             model = given
     return {n: config.default_map(cfg, c, model) for n, c in commands.items()}
+
+
+def _per_path_groups(paths: list, values: dict) -> list:
+    """audit's models grouped by their per-path config values: [(paths, values)], one group when they agree.
+
+    A value given on the command line wins over every per-path table (it is not regrouped)."""
+    from . import config
+
+    cfg = _state.get("config")
+    if cfg is None or not cfg.per_path or len(paths) < 2:
+        return [(paths, values)]
+    ctx = _state.get("audit_ctx")
+    given = {n for n in values if ctx is not None and getattr(ctx.get_parameter_source(n), "name", "") in
+             ("COMMANDLINE", "ENVIRONMENT")}
+    names = {o.name: o.key for o in config.options_of([ctx.command]).values()} if ctx is not None else {}
+    groups: dict[str, tuple[list, dict]] = {}
+    for f in _audit_files(paths):
+        mine = dict(values)
+        for name in values:
+            if name not in given and names.get(name) in cfg.for_model(f):
+                mine[name] = cfg.for_model(f)[names[name]][0]
+        groups.setdefault(repr(sorted(mine.items())), ([], mine))[0].append(str(f))
+    if len(groups) < 2:
+        return [(paths, values)]
+    return list(groups.values())
 
 
 def _audit_files(paths) -> list:

@@ -167,3 +167,18 @@ def test_no_config_is_defaults(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code, out, _ = run(["config"], capsys)
     assert code == 0 and "none found" in out and "fail-on = 'never'  # default" in out
+
+
+def test_audit_groups_models_by_per_path_values(repo, capsys):
+    # two models in one audit, only one matched by the per-path table: each gets its own values
+    (repo / "pyproject.toml").write_text(PYPROJECT.replace("image=1,3,64,64", "nosuchinput=1,3,8,8"))
+    shutil.copy(SAMPLE, repo / "models" / "other.onnx")
+    code, out, err = run(["audit", "models/ocr/c.onnx", "models/other.onnx", "-f", "json", "--no-cache"], capsys)
+    assert code == 2
+    rows = {Path(m["path"]).name: m for m in _json(out)["models"]}
+    assert "nosuchinput" in (rows["c.onnx"].get("error") or "")
+    assert not rows["other.onnx"].get("error") and rows["other.onnx"]["estimate"]["sw_epochs"] > 0
+    # the flag on the command line wins over the per-path table for every model
+    code, out, err = run(["audit", "models/ocr/c.onnx", "models/other.onnx", "-f", "json", "--no-cache",
+                          "--input-shape", "image=1,3,64,64"], capsys)
+    assert code == 1 and not any(m.get("error") for m in _json(out)["models"])
