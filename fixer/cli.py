@@ -138,6 +138,7 @@ class Format(str, Enum):
     sarif = "sarif"
     github = "github"
     html = "html"
+    concise = "concise"
 
 
 class FailOn(str, Enum):
@@ -266,7 +267,7 @@ OPTION_HELP = ("A stedgeai option that changes placement, with its value in the 
 CORE_HELP = "ST Edge AI Core version X.Y whose placement facts apply (default: the newest in the target profile)."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
 #: File extension of a report written with -o FOLDER/, by --format value.
-_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html"}
+_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html", "concise": "txt"}
 OUTPUT_HELP = ("Write the report to this file instead of stdout (a folder, i.e. an existing one or a path ending "
                "with '/': a default name inside it).")
 FORCE_HELP = "Overwrite an existing output file that nafix did not write (never an input)."
@@ -416,16 +417,30 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
         _emit(escape.json_text(report, indent=2) + "\n", output, force=force, protected=protected)
     elif fmt == Format.markdown:
         _emit(audit_markdown(report), output, force=force, protected=protected)
-    elif fmt in (Format.sarif, Format.github, Format.html):
-        from .report_ci import github_annotations, html_report, sarif_text
+    elif fmt in (Format.sarif, Format.github, Format.html, Format.concise):
+        from .report_ci import concise_text, github_annotations, html_report, sarif_text
 
-        render = {Format.sarif: sarif_text, Format.github: github_annotations, Format.html: html_report}[fmt]
+        render = {Format.sarif: sarif_text, Format.github: github_annotations, Format.html: html_report,
+                  Format.concise: concise_text}[fmt]
         _emit(render(report), output, force=force, protected=protected)
+        if fmt == Format.github and os.environ.get("GITHUB_STEP_SUMMARY"):
+            _append_step_summary(report, os.environ["GITHUB_STEP_SUMMARY"])
     elif output is not None:
         _emit(_as_text(audit_renderables(report, verbose=verbose)), output, force=force, protected=protected)
     else:
         for r in audit_renderables(report, verbose=verbose):
             out.print(r)
+
+
+def _append_step_summary(report: dict, path: str) -> None:
+    """Append the zoo summary to the file GitHub names in $GITHUB_STEP_SUMMARY (GitHub expects appends)."""
+    from .report_ci import step_summary_markdown
+
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(step_summary_markdown(report))
+    except OSError as exc:
+        raise NafixError(f"$GITHUB_STEP_SUMMARY {path}: cannot be written ({exc.strerror or exc}).") from None
 
 
 class _Progress:
