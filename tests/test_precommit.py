@@ -168,3 +168,18 @@ def test_readme_documents_four_config_lines_for_the_shipped_hook():
     assert len(lines) == 4
     (entry,) = yaml.safe_load(block)
     assert set(entry) == {"repo", "rev", "hooks"} and entry["hooks"] == [{"id": shipped_hook()["id"]}]
+
+
+def test_hook_reads_the_repository_config(repo):
+    """[tool.nafix] in the ML repository's pyproject.toml reaches the hook with no args repeated."""
+    models = repo.path / "models"
+    models.mkdir()
+    save(softmax_chain(1), models / "net.onnx")  # one Softmax: SW unless stedgeai expands it
+    repo.configure(None)
+    repo.run("git", "add", "models/net.onnx")
+    code, text = repo.commit("add net")
+    assert code != 0 and "softmax0" in text, text
+    (repo.path / "pyproject.toml").write_text('[tool.nafix]\nstedgeai-option = ["--expand-softmax"]\n')
+    repo.run("git", "add", "pyproject.toml", "models/net.onnx")
+    code, text = repo.commit("add net, built with --expand-softmax")
+    assert code == 0 and "Passed" in text, text
