@@ -93,7 +93,10 @@ def _relative(model: Path, root: Path) -> Optional[str]:
 
 def find(start: Optional[Path] = None) -> Optional[tuple[Path, dict[str, Any], str]]:
     """The first config from ``start`` upwards: (file, its nafix table, table name) or None."""
-    here = Path(os.path.abspath(start or Path.cwd()))
+    try:
+        here = Path(os.path.abspath(start or Path.cwd()))
+    except OSError:  # the current folder was deleted: no config (the command says what is wrong)
+        return None
     if here.is_file():
         here = here.parent
     for folder in (here, *here.parents):
