@@ -138,6 +138,7 @@ class Format(str, Enum):
     sarif = "sarif"
     github = "github"
     html = "html"
+    concise = "concise"
 
 
 class FailOn(str, Enum):
@@ -266,7 +267,7 @@ OPTION_HELP = ("A stedgeai option that changes placement, with its value in the 
 CORE_HELP = "ST Edge AI Core version X.Y whose placement facts apply (default: the newest in the target profile)."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
 #: File extension of a report written with -o FOLDER/, by --format value.
-_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html"}
+_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html", "concise": "txt"}
 OUTPUT_HELP = ("Write the report to this file instead of stdout (a folder, i.e. an existing one or a path ending "
                "with '/': a default name inside it).")
 FORCE_HELP = "Overwrite an existing output file that nafix did not write (never an input)."
@@ -275,6 +276,7 @@ STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilit
 
 @app.command("audit")
 def audit_cmd(
+    ctx: typer.Context,
     paths: List[str] = typer.Argument(..., help="Model files or folders (searched recursively). `nafix audit merge REPORT.json...` joins reports."),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format."),
     fail_on: FailOn = typer.Option(FailOn.never, "--fail-on", help="Exit 1 when any SW epoch is predicted (sw), or when a model has a finding that makes stedgeai fail (error)."),
@@ -300,6 +302,8 @@ def audit_cmd(
     """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
     from .zoo.runner import Shard, ZooOptions, audit_rows, build_report
 
+    _state["audit_ctx"] = ctx
+
     paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
     try:
         # the baseline read is an input of the report (-o), not of --write-baseline (which may refresh it)
@@ -307,7 +311,10 @@ def audit_cmd(
                                 protected=paths + ([Path(baseline)] if baseline is not None else []))
         baseline_target = _output_target(write_baseline, "nafix-baseline.json", force=force, protected=paths)
         _distinct_outputs(("-o/--output", target), ("--write-baseline", baseline_target))
-        opts = _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core)
+        analysis = dict(target_profile=target_profile, stedgeai_option=stedgeai_option, input_shape=input_shape,
+                        mpool=mpool, profile=profile, core=core)
+        groups = _per_path_groups(paths, analysis)
+        opts = _analysis_options(**groups[0][1])
         zoo = ZooOptions(jobs=jobs, timeout=timeout, cache_dir=Path(cache_dir) if cache_dir else None,
                          use_cache=not no_cache, shard=Shard.parse(shard) if shard else None, executor=executor,
                          own_process=True)
@@ -317,7 +324,10 @@ def audit_cmd(
 
             base = load_baseline(baseline)
         with _Progress(err.is_terminal, "auditing", failures=True) as cb:
-            rows, _stats = audit_rows(paths, opts, zoo, progress=cb)
+            rows = []
+            for group_paths, group_options in groups:  # one group unless per-path config values differ
+                rows += audit_rows(group_paths, _analysis_options(**group_options), zoo, progress=cb)[0]
+            rows.sort(key=lambda r: r["path"])
     except NafixError as exc:
         _fail(exc)
     profile_name = opts.target_profile or "stm32n6"
@@ -407,16 +417,30 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
         _emit(escape.json_text(report, indent=2) + "\n", output, force=force, protected=protected)
     elif fmt == Format.markdown:
         _emit(audit_markdown(report), output, force=force, protected=protected)
-    elif fmt in (Format.sarif, Format.github, Format.html):
-        from .report_ci import github_annotations, html_report, sarif_text
+    elif fmt in (Format.sarif, Format.github, Format.html, Format.concise):
+        from .report_ci import concise_text, github_annotations, html_report, sarif_text
 
-        render = {Format.sarif: sarif_text, Format.github: github_annotations, Format.html: html_report}[fmt]
+        render = {Format.sarif: sarif_text, Format.github: github_annotations, Format.html: html_report,
+                  Format.concise: concise_text}[fmt]
         _emit(render(report), output, force=force, protected=protected)
+        if fmt == Format.github and os.environ.get("GITHUB_STEP_SUMMARY"):
+            _append_step_summary(report, os.environ["GITHUB_STEP_SUMMARY"])
     elif output is not None:
         _emit(_as_text(audit_renderables(report, verbose=verbose)), output, force=force, protected=protected)
     else:
         for r in audit_renderables(report, verbose=verbose):
             out.print(r)
+
+
+def _append_step_summary(report: dict, path: str) -> None:
+    """Append the zoo summary to the file GitHub names in $GITHUB_STEP_SUMMARY (GitHub expects appends)."""
+    from .report_ci import step_summary_markdown
+
+    try:
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(step_summary_markdown(report))
+    except OSError as exc:
+        raise NafixError(f"$GITHUB_STEP_SUMMARY {path}: cannot be written ({exc.strerror or exc}).") from None
 
 
 class _Progress:
@@ -815,6 +839,43 @@ def explain_cmd(
         out.print(line, highlight=False)
 
 
+@app.command("config")
+def config_cmd(
+    path: Optional[str] = typer.Argument(None, help="A model (its per-path values apply) or a folder to search the config from (default: the current folder)."),
+    command: str = typer.Option("audit", "--command", help="Show the options of this command (audit, fix, compile, ...)."),
+):
+    """Print the effective configuration and where each value comes from (file:key or default)."""
+    from . import config
+
+    commands = getattr(typer.main.get_command(app), "commands", {})
+    sub = commands.get(command)
+    if sub is None or command == "config":
+        _error(f"--command {command}: not a nafix command (one of {', '.join(n for n in commands if n != 'config')}).")
+        raise typer.Exit(2)
+    try:
+        start = Path(path) if path is not None else None
+        if start is not None and not start.exists():
+            raise NafixError(f"{path}: no such file or folder.")
+        cfg = config.load(config.options_of(commands.values()), start)
+    except NafixError as exc:
+        _fail(exc)
+    values = cfg.for_model(path if path is not None and Path(path).is_file() else None)
+    lines = [f"# config: {cfg.file if cfg.file is not None else 'none found (defaults only)'}",
+             f"# command: {command}; CLI flags override every value below"]
+    for p in sub.params:
+        longs = [o for o in getattr(p, "opts", ()) if o.startswith("--")]
+        if not longs or p.param_type_name != "option" or longs[0][2:] in config.NOT_IN_FILE:
+            continue
+        key = longs[0][2:]
+        if key in values:
+            value, source = values[key]
+        else:
+            value, source = p.default, "default"
+            value = getattr(value, "value", value)
+        lines.append(f"{key} = {value!r}  # {source}")
+    _stdout("\n".join(lines) + "\n")
+
+
 def _read_text_input(path: Path, what: str) -> str:
     """Read a text input file, or raise one InputError sentence (missing, a folder, a FIFO, unreadable)."""
     from .errors import InputError
@@ -1025,11 +1086,82 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.stdout = real_stdout
 
 
+def _config_defaults(args: list[str]) -> dict:
+    """The project config (pyproject.toml [tool.nafix] or nafix.toml) as click's default_map.
+
+    Per-path tables apply to the model of the command line: the one model of fix/compile/explain,
+    or audit's models when they all get the same values (else audit groups them, see audit_cmd)."""
+    from . import config
+
+    group = typer.main.get_command(app)
+    commands = getattr(group, "commands", {})
+    cfg = config.load(config.options_of(commands.values()))
+    if cfg.file is None:
+        return {}
+    _state["config"] = cfg
+    name = next((a for a in args if a in commands), None)
+    model = None
+    if name is not None and name != "config":
+        sub = commands[name]
+        rest = args[args.index(name) + 1:]
+        try:
+            ctx = sub.make_context(name, list(rest), resilient_parsing=True)
+            given = ctx.params.get("model") or ctx.params.get("paths")
+        except Exception:  # noqa: BLE001 - the real parse reports usage errors
+            given = None
+        if isinstance(given, (list, tuple)):
+            files = _audit_files(given)
+            distinct = {repr(sorted(cfg.for_model(f).items())) for f in files}
+            model = files[0] if files and len(distinct) == 1 else None
+        elif given:
+            model = given
+    return {n: config.default_map(cfg, c, model) for n, c in commands.items()}
+
+
+def _per_path_groups(paths: list, values: dict) -> list:
+    """audit's models grouped by their per-path config values: [(paths, values)], one group when they agree.
+
+    A value given on the command line wins over every per-path table (it is not regrouped)."""
+    from . import config
+
+    cfg = _state.get("config")
+    if cfg is None or not cfg.per_path or len(paths) < 2:
+        return [(paths, values)]
+    ctx = _state.get("audit_ctx")
+    given = {n for n in values if ctx is not None and getattr(ctx.get_parameter_source(n), "name", "") in
+             ("COMMANDLINE", "ENVIRONMENT")}
+    names = {o.name: o.key for o in config.options_of([ctx.command]).values()} if ctx is not None else {}
+    groups: dict[str, tuple[list, dict]] = {}
+    for f in _audit_files(paths):
+        mine = dict(values)
+        for name in values:
+            if name not in given and names.get(name) in cfg.for_model(f):
+                mine[name] = cfg.for_model(f)[names[name]][0]
+        groups.setdefault(repr(sorted(mine.items())), ([], mine))[0].append(str(f))
+    if len(groups) < 2:
+        return [(paths, values)]
+    return list(groups.values())
+
+
+def _audit_files(paths) -> list:
+    from .api import collect_models
+
+    try:
+        return collect_models([p for p in paths if Path(p).exists()])
+    except OSError:
+        return []
+
+
 def _main(args: list[str]) -> None:
     ce = _click_exceptions()
     no_args = getattr(ce, "NoArgsIsHelpError", None)
     try:
-        code = app(args=args, prog_name="nafix", standalone_mode=False)
+        try:
+            defaults = _config_defaults(args)
+        except NafixError as exc:
+            _error(exc.message)
+            sys.exit(exc.exit_code)
+        code = app(args=args, prog_name="nafix", standalone_mode=False, default_map=defaults)
     except NafixError as exc:  # pragma: no cover - commands catch their own
         _error(exc.message)
         sys.exit(exc.exit_code)

@@ -130,11 +130,68 @@ _gh_escape_data = escape.github_data
 _gh_escape_prop = escape.github_property
 
 
-def github_annotations(report: dict[str, Any]) -> str:
-    """GitHub Actions workflow commands: ``::warning`` per SW node, ``::error`` per unreadable model
-    or predicted compile error / board hang, ``::notice`` per model estimate and for the zoo summary
-    (after one ``::debug::`` line naming nafix)."""
+GITHUB_MAX_PER_LEVEL = 10  # GitHub shows 10 annotations of each level per step and drops the rest
+_GH_RANK = {"error": 0, "warning": 1, "notice": 2}
+
+
+def github_annotations(report: dict[str, Any], *, limit: int = GITHUB_MAX_PER_LEVEL) -> str:
+    """GitHub Actions workflow commands, at most ``limit`` per level (what GitHub shows), worst first.
+
+    One annotation per model and cause, with counts: ``::error`` per unreadable model and per
+    predicted compile error / board hang constraint, ``::warning`` per SW constraint (its nodes
+    counted, their estimated ms summed), ``::notice`` per model estimate (most SW epochs first) and
+    one for the zoo summary. What does not fit is counted in one last ``::notice`` line. A ``::debug::``
+    line names nafix first."""
     from .outputs import text_mark
+
+    # (level, sort key (lower is worse), message, file, title)
+    found: list[tuple[str, tuple, str, str | None, str]] = []
+    for row in report["models"]:
+        path = row["path"]
+        if not _ok(row):
+            found.append(("error", (0, 0), row.get("error") or "error", path, "nafix: model not analysed"))
+            continue
+        e, mem = row["estimate"], row["memory"]
+        ms = f", estimated time {ms_text(e['latency_ms'])} ms" if e.get("latency_ms") is not None else ""
+        found.append(("notice", (-e["sw_epochs"], e["hw_ratio"]),
+                      f"estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}{ms}; weights "
+                      f"{kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} "
+                      f"({'fits' if mem['fits_on_chip'] else 'does NOT fit'} on-chip, "
+                      f"{kib(mem['onchip_activation_capacity_bytes'])})", path, "nafix estimate"))
+        node_ms = _node_ms(row)
+        causes: dict[str, list[dict[str, Any]]] = {}
+        for n in row["sw_nodes"]:
+            causes.setdefault((n.get("constraints") or ["SW"])[0], []).append(n)
+        for cause, nodes in causes.items():
+            total = sum(node_ms.get(n["name"], 0.0) for n in nodes)
+            first = nodes[0]
+            more = f" and {len(nodes) - 1} more node(s) for the same cause" if len(nodes) > 1 else ""
+            est = f"; estimated {ms_text(total)} ms per inference in all" if total else ""
+            found.append(("warning", (-total, -len(nodes)),
+                          f"{len(nodes)} node(s) estimated to run in SW ({cause}): {_sw_message(first)}{more}{est}",
+                          path, f"nafix {cause} ({len(nodes)} node(s))"))
+        by_constraint: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for f in row.get("findings") or []:
+            kind = {"error": "error", "note": "notice"}.get(_LEVEL.get(f["severity"], "warning"), "warning")
+            by_constraint.setdefault((kind, f["constraint"]), []).append(f)
+        for (kind, constraint), fs in by_constraint.items():
+            more = f" (and {len(fs) - 1} more like it)" if len(fs) > 1 else ""
+            found.append((kind, (-1e9 if kind == "error" else -1e6, -len(fs)), _finding_message(fs[0]) + more, path,
+                          f"nafix {constraint} ({len(fs)})"))
+    summary = None
+    if len(report["models"]) > 1 and report.get("summary"):
+        summary = "\n".join(summary_lines(report["summary"]))
+    shown: list[tuple[str, tuple, str, str | None, str]] = []
+    dropped: dict[str, int] = {}
+    for level in ("error", "warning", "notice"):
+        mine = sorted((a for a in found if a[0] == level), key=lambda a: (a[1], a[3] or ""))
+        room = limit
+        if level == "notice":  # the zoo summary and the overflow line are notices too
+            room -= (summary is not None)
+            overflow_needed = len(mine) > room or any(dropped.values())
+            room -= overflow_needed
+        shown += mine[:max(room, 0)]
+        dropped[level] = len(mine) - len(mine[:max(room, 0)])
 
     lines = [f"::debug::{text_mark(report.get('nafix_version'))}"]  # marks a written file as nafix's
 
@@ -146,26 +203,56 @@ def github_annotations(report: dict[str, Any]) -> str:
             props.append(f"title={_gh_escape_prop(title)}")
         lines.append(f"::{kind}{' ' + ','.join(props) if props else ''}::{_gh_escape_data(message)}")
 
-    for row in report["models"]:
-        if not _ok(row):
-            cmd("error", row.get("error") or "error", row["path"], "nafix: model not analysed")
-            continue
-        e, mem = row["estimate"], row["memory"]
-        ms = f", estimated time {ms_text(e['latency_ms'])} ms" if e.get("latency_ms") is not None else ""
-        cmd("notice", f"estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}{ms}; weights "
-            f"{kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} "
-            f"({'fits' if mem['fits_on_chip'] else 'does NOT fit'} on-chip, {kib(mem['onchip_activation_capacity_bytes'])})",
-            row["path"], "nafix estimate")
-        node_ms = _node_ms(row)
-        for n in row["sw_nodes"]:
-            cmd("warning", _sw_message(n, node_ms.get(n["name"])), row["path"], f"nafix {', '.join(n.get('constraints') or ['SW'])}")
-        for f in row.get("findings") or []:
-            kind = {"error": "error", "note": "notice"}.get(_LEVEL.get(f["severity"], "warning"), "warning")
-            cmd(kind, _finding_message(f), row["path"], f"nafix {f['constraint']}")
-    if len(report["models"]) > 1 and report.get("summary"):
-        for s in summary_lines(report["summary"]):
-            cmd("notice", s, title="nafix zoo summary")
+    for kind, _key, message, file, title in sorted(shown, key=lambda a: _GH_RANK[a[0]]):
+        cmd(kind, message, file, title)
+    if summary is not None:
+        cmd("notice", summary, title="nafix zoo summary")
+    if any(dropped.values()):
+        parts = ", ".join(f"{n} {lvl}(s)" for lvl, n in dropped.items() if n)
+        cmd("notice", f"{parts} more not shown (GitHub shows {limit} annotations per level); "
+            "see the step summary or nafix audit --format markdown for every model.", title="nafix: more findings")
     return "\n".join(lines) + "\n"
+
+
+def step_summary_markdown(report: dict[str, Any], *, max_rows: int = 200) -> str:
+    """The zoo summary for ``$GITHUB_STEP_SUMMARY``: the summary sentences and one row per model
+    (worst first, at most ``max_rows``); per-node detail stays in ``--format markdown``."""
+    md, mdc = escape.markdown, escape.markdown_code
+    lines = [f"## nafix audit (profile {md(report['profile'])})", "", f"_{ESTIMATE_NOTE}_", ""]
+    if report.get("summary"):
+        lines += [f"- {md(s)}" for s in summary_lines(report["summary"])] + [""]
+    rows = sorted(report["models"], key=lambda r: (_ok(r), -(r.get("estimate") or {}).get("sw_epochs", 0), r["path"]))
+    lines += ["| model | est. epochs | est. SW epochs | est. HW ratio | est. ms |", "|---|---|---|---|---|"]
+    for r in rows[:max_rows]:
+        if not _ok(r):
+            lines.append(f"| {mdc(r['path'], table=True)} | error | | | {md(r.get('error') or 'error')} |")
+            continue
+        e = r["estimate"]
+        lines.append(f"| {mdc(r['path'], table=True)} | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} | "
+                     f"{ms_text(e.get('latency_ms'))} |")
+    if len(rows) > max_rows:
+        lines.append(f"\n_{len(rows) - max_rows} more model(s) not listed._")
+    return "\n".join(lines) + "\n"
+
+
+def concise_text(report: dict[str, Any]) -> str:
+    """One line per finding, like ``ruff --output-format concise``: ``path: NODE op: reason [id]``
+    for each SW node, ``path: severity: requirement (detail) [id]`` for each model-level finding,
+    ``path: error: message`` for a model that could not be analysed."""
+    vis = escape.terminal
+    out = []
+    for row in report["models"]:
+        path = vis(row["path"])
+        if not _ok(row):
+            out.append(f"{path}: error: {vis(row.get('error') or 'error')}")
+            continue
+        for n in row["sw_nodes"]:
+            reason = (n.get("reasons") or ["estimated to run in SW"])[0]
+            cid = (n.get("constraints") or ["SW"])[0]
+            out.append(f"{path}: {vis(n['name'])} {vis(n['op_type'])}: {vis(reason)} [{vis(cid)}]")
+        for f in row.get("findings") or []:
+            out.append(f"{path}: {vis(f['severity'])}: {vis(f['requirement'])} ({vis(f['detail'])}) [{vis(f['constraint'])}]")
+    return "\n".join(out) + ("\n" if out else "")
 
 
 _CSS = """

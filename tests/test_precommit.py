@@ -39,7 +39,7 @@ def test_shipped_manifest_is_valid_for_pre_commit():
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     hook = shipped_hook()
-    assert hook["files"] == r"\.onnx$" and hook["entry"].split()[:2] == ["nafix", "audit"]
+    assert hook["files"] == r"\.(onnx|tflite)$" and hook["entry"].split()[:2] == ["nafix", "audit"]
     assert hook.get("pass_filenames", True) is True
 
 
@@ -102,7 +102,7 @@ def test_hook_refuses_a_new_sw_node_and_baseline_lets_known_ones_pass(repo):
     repo.run(NAFIX, "audit", "models", "--write-baseline", "nafix-baseline.json")
     base = json.loads((repo.path / "nafix-baseline.json").read_text())
     assert list(base["models"]) == ["models/net.onnx"] and list(base["models"]["models/net.onnx"]["sw_nodes"]) == ["softmax0"]
-    repo.configure(["--baseline", "nafix-baseline.json"])
+    repo.configure(readme_baseline_args())
     repo.run("git", "add", "nafix-baseline.json", "models/net.onnx")
     code, text = repo.commit("add net with its baseline")
     assert code == 0, text
@@ -123,6 +123,36 @@ def test_hook_refuses_a_new_sw_node_and_baseline_lets_known_ones_pass(repo):
     assert code == 0, text
 
 
+def readme_baseline_args() -> list[str]:
+    """The baseline variant's ``args:`` exactly as the README writes it: it keeps the hook's --fail-on."""
+    text = (ROOT / "README.md").read_text().split("**pre-commit.**", 1)[1]
+    args = yaml.safe_load(text.split("`args: ", 1)[1].split("`", 1)[0])
+    assert args[:2] == ["--fail-on", "sw"] and "--baseline" in args
+    return args
+
+
+def test_hook_checks_tflite_models(repo):
+    models = repo.path / "models"
+    models.mkdir()
+    shutil.copy(ROOT / "tests" / "data" / "tflite" / "int8_cnn.tflite", models / "det.tflite")  # a SW Softmax
+    repo.configure(None)
+    repo.run("git", "add", "models/det.tflite")
+    code, text = repo.commit("add a tflite")
+    assert code != 0 and "Failed" in text, text
+
+
+def test_readme_rev_exists_in_this_repository():
+    text = (ROOT / "README.md").read_text()
+    block = text.split("**pre-commit.**", 1)[1].split("```yaml", 1)[1].split("```", 1)[0]
+    (entry,) = yaml.safe_load(block)
+    probe = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--git-dir"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip("not a git checkout")
+    proc = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--verify", "--quiet", f"{entry['rev']}^{{commit}}"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"README rev {entry['rev']!r} is not a commit of this repository"
+
+
 def test_hook_ignores_commits_without_onnx_files(repo):
     repo.configure(None)
     (repo.path / "README.md").write_text("hello\n")
@@ -138,3 +168,18 @@ def test_readme_documents_four_config_lines_for_the_shipped_hook():
     assert len(lines) == 4
     (entry,) = yaml.safe_load(block)
     assert set(entry) == {"repo", "rev", "hooks"} and entry["hooks"] == [{"id": shipped_hook()["id"]}]
+
+
+def test_hook_reads_the_repository_config(repo):
+    """[tool.nafix] in the ML repository's pyproject.toml reaches the hook with no args repeated."""
+    models = repo.path / "models"
+    models.mkdir()
+    save(softmax_chain(1), models / "net.onnx")  # one Softmax: SW unless stedgeai expands it
+    repo.configure(None)
+    repo.run("git", "add", "models/net.onnx")
+    code, text = repo.commit("add net")
+    assert code != 0 and "softmax0" in text, text
+    (repo.path / "pyproject.toml").write_text('[tool.nafix]\nstedgeai-option = ["--expand-softmax"]\n')
+    repo.run("git", "add", "pyproject.toml", "models/net.onnx")
+    code, text = repo.commit("add net, built with --expand-softmax")
+    assert code == 0 and "Passed" in text, text
