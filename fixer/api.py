@@ -19,7 +19,7 @@ from .quantize import (
     CalibrationOptions, accuracy_report, check_finite_constants, convert_uint8_to_int8, open_calibration,
     quantize_float_model, requantize_islands,
 )
-from .report import fix_dict, fix_header
+from .report_data import fix_dict, fix_header
 from .results import (  # noqa: F401  (re-exported: fixer.api is where callers found them)
     AuditResult, CompileComparison, CompiledModel, FixResult, ModelAnalysis, ModelAudit,
 )
