@@ -9,7 +9,8 @@ from pathlib import Path
 import onnx
 import pytest
 
-from fixer.api import AnalysisOptions, FixOptions, analyze_model, boundary_checks, change_contracts, fix
+from fixer.api import AnalysisOptions, FixOptions, analyze_model, fix
+from fixer.gate import boundary_checks, change_contracts
 from tests.helpers import run_cli as _run_cli
 from fixer.engine import FLOAT_GUARD_REASON, is_float_model, run_engine
 from fixer.npu.profile import load_profile

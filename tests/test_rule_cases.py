@@ -15,7 +15,7 @@ from fixer.api import analyze_model
 from fixer.engine import is_float_model, run_engine
 from fixer.npu.profile import load_profile
 from fixer.rules import load_rules
-from fixer.api import change_contracts
+from fixer.gate import change_contracts
 from fixer.gate import loosest, verify
 from tests.builders import build
 from tests.helpers import CASE_PROFILE_KEYS, case_profile, case_with_file_defaults
