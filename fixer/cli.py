@@ -518,7 +518,8 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
               calib_order, calib_samples, calib_method, core, max_ms=None) -> None:
     """``nafix fix``'s work and output (exits with typer.Exit like a command)."""
     model = Path(model)
-    from .api import CompileOptions, FixOptions, fix
+    from .api import FixOptions, fix
+    from .stedgeai.compare import CompileOptions
     from .report import fix_renderables
     from .report_data import fix_dict
 
@@ -656,8 +657,8 @@ def compile_cmd(
 ):
     """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
     model = Path(model)
-    from .api import (AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools,
-                      spend_timeout)
+    from .api import AnalysisOptions, analyze_path, resolve_pools
+    from .stedgeai.compare import CompileOptions, compile_model, locate_stedgeai, spend_timeout
     from .model_io import parse_input_shapes
     from .report import compile_renderables
 
