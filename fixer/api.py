@@ -258,9 +258,9 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     before = analyze_model(loaded, profile=profile, pools=pools)
     warnings: list[str] = []
     advice: list[str] = []
-    from .engine import is_float_model
+    from .graph import is_quantized
 
-    if not opts.quantize and is_float_model(loaded.model):
+    if not opts.quantize and not is_quantized(loaded.model):
         advice.append(f"this is a float model: every op of a float model runs in SW on the NPU (estimated "
                       f"{before.estimate.sw_epochs} SW epochs of {before.estimate.epochs}); run nafix with --quantize "
                       f"to quantize it to int8 for the NPU, which is the fix")

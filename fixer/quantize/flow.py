@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..gate import boundary_checks, change_contracts, loosest
+from ..graph import is_quantized
 from . import (
     CalibrationOptions, accuracy_report, check_finite_constants, convert_uint8_to_int8, open_calibration,
     quantize_float_model, requantize_islands,
@@ -201,9 +202,7 @@ def _quant_kind(model) -> str:
     import numpy as np
     from onnx import numpy_helper
 
-    q_ops = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
-             or n.op_type.startswith("QLinear")]
-    if not q_ops:
+    if not is_quantized(model):
         return "float"
     inits = {t.name: t for t in model.graph.initializer}
     for n in model.graph.node:
