@@ -6,23 +6,23 @@ import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 from .analysis import analyze_model
 from .errors import InputError, NafixError, UsageError
 from .graph import gc_paused, relaxed_gc
 from .importers import check_loaded
 from .model_io import LoadedModel, invalid_model_error, load_model
-from .npu.placement import SW, is_oe_export
+from .npu.placement import is_oe_export
 from .npu.profile import TargetProfile, load_profile
-from .quantize import (
-    CalibrationOptions, accuracy_report, check_finite_constants, convert_uint8_to_int8, open_calibration,
-    quantize_float_model, requantize_islands,
-)
-from .report import fix_dict, fix_header
+from .quantize import CalibrationOptions, open_calibration
+from .report_data import fix_dict, fix_header
 from .results import (  # noqa: F401  (re-exported: fixer.api is where callers found them)
     AuditResult, CompileComparison, CompiledModel, FixResult, ModelAnalysis, ModelAudit,
 )
+
+if TYPE_CHECKING:
+    from .stedgeai.compare import CompileOptions
 
 log = logging.getLogger(__name__)
 
@@ -171,230 +171,6 @@ def default_outputs(model_path: Path, output: str | None) -> tuple[Path, Path, P
     return out, out.with_name(stem + ".json"), out.with_name(stem + ".h")
 
 
-def change_contracts(engine, rules_by_id) -> dict:
-    """The verify contract of each change: its rule's, with a rewriter's per-change override."""
-    from dataclasses import replace
-
-    from .rewriters import REWRITERS
-    from .gate import loosest
-
-    out = {}
-    for i, c in enumerate(engine.changes):
-        base = rules_by_id[c.rule].verify
-        out[i] = replace(base, contract=c.contract) if c.contract else base
-    # a whole-model rewrite that is not exact (NAF014 re-quantizing weights) changes what every later
-    # rewrite is compared against: their checks at the rewritten nodes allow its difference too
-    lossy = [out[i] for i, c in enumerate(engine.changes)
-             if c.contract and REWRITERS[rules_by_id[c.rule].rewriter].whole_model]
-    if lossy:
-        out = {i: loosest([v, *lossy]) for i, v in out.items()}
-    return out
-
-
-def boundary_checks(engine, contracts) -> list:
-    from .gate import BoundaryCheck
-
-    return [BoundaryCheck(t, c.rule, contracts[i], c.region_inputs)
-            for i, c in enumerate(engine.changes) for t in c.boundary]
-
-
-#: Rewrites that prepare float islands for quantization (they turn SW-only ops into NPU primitives,
-#: which only pays off once the result is quantized): selected automatically with --quantize.
-QUANTIZE_PREP_RULES = ("NAF016", "NAF017")
-#: Below this output cosine (quantized vs float) the report warns: the calibration may be poor.
-QUANT_MIN_COSINE = 0.99
-
-
-def _quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfile, warnings: list[str],
-                    on_round, on_calibration=None) -> tuple:
-    """--quantize: float model -> float rewrites (verified) -> onnxruntime quantization; uint8 model ->
-    exact int8 conversion; QDQ model with float islands -> islands quantized keeping every existing
-    scale and zero-point. Returns (quantized model, the float-stage engine result, report dict)."""
-    from .rules import load_rules, select_rules
-
-    calib = opts.calib or CalibrationOptions(seed=opts.seed)
-    model = loaded.model
-    name = str(loaded.path)
-    check_finite_constants(model, name)  # NaN/Inf weights: one sentence naming them, before any rewrite
-    kind = _quant_kind(model)
-    info: dict = {"input_kind": kind}
-    pre_engine = None
-    if kind == "float":
-        # Float rewrites first (channel splits, Resize kernels, unrolled LSTM cells ...), then quantize.
-        rules = select_rules(load_rules(opts.rules_dirs), select=opts.select, ignore=opts.ignore,
-                         extend=opts.extend_select)
-        extra = [r for r in load_rules(opts.rules_dirs) if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore
-                 and r not in rules]
-        pre_engine, float_model, gate = _prep_engine(model, rules + extra, opts, profile, info, name, on_round)
-        n_feeds = min(8, calib.max_samples)
-        # The accuracy report compares the quantized model with ``model`` on the first calibration
-        # samples. onnxruntime's calibration runs the float model on them anyway: its outputs there
-        # are the report's reference when the model it calibrates computes bit for bit what
-        # ``model`` does (no float rewrite, or only rewrites held to the bit-exact contract).
-        exact = float_model is model or gate.contract.contract == "exact"
-        # The rewrites' gate runs ``model`` on seeded random inputs, which are the first random
-        # calibration samples when the seeds agree (the defaults): it runs within the accuracy report,
-        # which runs ``model`` on those very inputs, and takes its values from those runs. Its verdict
-        # still comes before anything else: before quantization's errors, before the report's figures.
-        try:
-            q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile,
-                                     progress=on_calibration, keep_reference=n_feeds if exact else 0)
-            quantized = q.model
-            info.update(q.as_dict())
-            warnings.extend(q.warnings)
-            if q.reference:
-                feeds, reference = [f for f, _ in q.reference], [r for _, r in q.reference]
-            else:
-                feeds, reference = open_calibration(float_model, calib, model_name=name).take(n_feeds), None
-            q.reference = []
-            acc = accuracy_report(model, quantized, feeds, calibration=q.calibration, reference=reference,
-                                  meanwhile=gate.check if gate is not None else None)
-            del feeds, reference
-        except Exception:
-            if gate is not None and not gate.done:
-                gate.check()  # the gate's failure is the error, as when it ran first
-            raise
-        if gate is not None and not gate.done:
-            gate.check()
-        info.update(acc.as_dict())
-    else:
-        source = model
-        if kind == "uint8":
-            # uint8 activations -> int8 exactly (zero-point - 128, same scale), then as any QDQ model
-            conv = convert_uint8_to_int8(model, model_name=name)
-            info["uint8_conversion"] = conv.as_dict()
-            warnings.extend(conv.warnings)
-            if conv.exact:
-                info["note"] = "activations converted exactly (zero-point - 128, same scale)"
-            source = conv.model
-        # Unroll recurrent ops inside the QDQ model first (float islands of NPU primitives), then
-        # quantize the islands keeping every existing scale and zero-point.
-        all_rules = load_rules(opts.rules_dirs)
-        prep = [r for r in all_rules if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore]
-        prep += _requantizing_variants(all_rules, opts.select + opts.extend_select)
-        pre_engine, model_in = _prep_rewrites(source, prep, opts, profile, info, name, on_round)
-        res = requantize_islands(model_in, calib=calib, model_name=name, profile=profile, progress=on_calibration)
-        quantized = res.model
-        info.update(res.as_dict() if hasattr(res, "as_dict") else {"calibration": res.calibration})
-        # what a requantizing rewrite created (NAF002's partial sums) must come out int8 like the rest:
-        # say which stayed float (the whole run's estimate check then refuses the model)
-        made = {n: r for n, r in pre_engine.provenance.items() if r in REQUANTIZING_RULES}
-        left = [i["name"] for i in getattr(res, "remaining", ()) if i.get("name") in made]
-        if left:
-            warnings.append(f"{len(left)} node(s) that {', '.join(sorted({made[n] for n in left}))} created stayed in "
-                            f"float after quantization ({', '.join(repr(n) for n in left[:5])}"
-                            f"{', ...' if len(left) > 5 else ''}); onnxruntime did not quantize them")
-        feeds = open_calibration(model, calib, model_name=name).take(min(8, calib.max_samples))
-        # the reference is itself quantized: per-tensor SQNR against it says nothing, outputs do
-        acc = accuracy_report(model, quantized, feeds, calibration=res.calibration, worst=0)
-        if res.calibration == "none":
-            info["calibration"] = "none"  # no island needed onnxruntime: nothing was calibrated
-        info.update(acc.as_dict())
-    low = [o for o in info.get("outputs", []) if o.get("cosine") is not None and o["cosine"] < QUANT_MIN_COSINE]
-    for o in low:
-        warnings.append(f"quantized output '{o['name']}' has cosine {o['cosine']:.4f} against the float model "
-                        f"(below {QUANT_MIN_COSINE}); check the calibration data")
-    return quantized, pre_engine, info
-
-
-class _RewritesGate:
-    """The equivalence gate of the rewrites before quantization (:func:`_prep_engine`), run once by
-    :meth:`check`, which records it in ``info['float_rewrites']`` and raises when it fails."""
-
-    def __init__(self, model, pre, rules, opts: FixOptions, info: dict, name: str):
-        from .gate import loosest
-
-        by_id = {r.id: r for r in rules}
-        self.model, self.pre, self.opts, self.info, self.name = model, pre, opts, info, name
-        self.contract = loosest([by_id[r].verify for r in pre.rules_applied])
-        # where a rewrite may move a quantized tensor by LSBs (NAF002 on a QDQ model): its int8 tensors
-        # are checked under its contract, and outputs downstream against the noise floor (verify())
-        contracts = change_contracts(pre, by_id)
-        self.boundaries = [b for b in boundary_checks(pre, contracts) if b.contract.contract == "lsb"]
-        self.done = False
-        info["float_rewrites"] = None  # its place among the report's keys, filled by check()
-
-    def check(self, original_run=None):
-        """``original_run``: see :func:`~fixer.gate.verify` (the original's values from elsewhere)."""
-        from .errors import VerificationError
-        from .gate import verify
-
-        self.done = True
-        pre = self.pre
-        v = verify(self.model, pre.model, contract=self.contract, rules=pre.rules_applied, seed=self.opts.seed,
-                   samples=self.opts.samples, original_run=original_run, boundaries=self.boundaries)
-        self.info["float_rewrites"] = {"changes": [{"rule": c.rule, "node": c.node, "detail": c.detail}
-                                                   for c in pre.changes], "verification": v.as_dict()}
-        if not v.ok:
-            raise VerificationError(f"{self.name}: the rewrites before quantization failed verification (rules "
-                                    f"{', '.join(pre.rules_applied)}); nothing written.")
-        return v
-
-
-def _prep_engine(model, rules, opts: FixOptions, profile: TargetProfile, info: dict, name: str, on_round):
-    """:func:`_prep_rewrites` with the gate left to run (None when nothing changed): returns (engine
-    result, model to quantize, gate)."""
-    from .engine import run_engine
-
-    # no guard: on a float model these rewrites add SW nodes that only pay off once quantized
-    pre = run_engine(model, rules, profile=profile, options={"input_type": "int8"}, max_rounds=opts.max_rounds,
-                     on_round=on_round, guard=False)
-    if not pre.changes:
-        return pre, model, None
-    return pre, pre.model, _RewritesGate(model, pre, rules, opts, info, name)
-
-
-def _prep_rewrites(model, rules, opts: FixOptions, profile: TargetProfile, info: dict, name: str, on_round):
-    """Run the rewrites that come before quantization and verify them against ``model`` under their
-    contracts; recorded in ``info['float_rewrites']``. Returns (engine result, model to quantize)."""
-    pre, out, gate = _prep_engine(model, rules, opts, profile, info, name, on_round)
-    if gate is not None:
-        gate.check()
-    return pre, out
-
-
-#: Rewrites of quantized ops that need new quantization parameters (the NAF002 partial sums): under
-#: --quantize, when selected, they run on the QDQ model and their new tensors are calibrated.
-REQUANTIZING_RULES = ("NAF002",)
-
-
-def _requantizing_variants(rules, select) -> list:
-    """The selected REQUANTIZING_RULES, with their float-only precondition lifted."""
-    from dataclasses import replace
-
-    from .rules import VerifyContract
-
-    chosen = {s.upper() for s in select} | {r.id for r in rules if r.name in select}
-    out = []
-    for r in rules:
-        if r.id in REQUANTIZING_RULES and r.id in chosen:
-            # the split is exact in real arithmetic; summed in float in another order, a value at a
-            # rounding tie of the QuantizeLinear after it can move by one LSB (99.99 % bit-exact on a
-            # 257 -> 257 Conv): its contract on a QDQ model is one LSB of the output quantization
-            # (rtol where an output is float), downstream outputs judged against the noise floor
-            out.append(replace(r, when=tuple(c for c in r.when if c.predicate != "is_float"),
-                               params={**r.params, "quantized_ok": True},
-                               verify=VerifyContract("lsb", rtol=r.verify.rtol, atol=r.verify.atol, lsb=1.0)))
-    return out
-
-
-def _quant_kind(model) -> str:
-    """float (no quantization), uint8 (uint8 activations inside), or qdq."""
-    import numpy as np
-    from onnx import numpy_helper
-
-    q_ops = [n for n in model.graph.node if n.op_type in ("QuantizeLinear", "DequantizeLinear")
-             or n.op_type.startswith("QLinear")]
-    if not q_ops:
-        return "float"
-    inits = {t.name: t for t in model.graph.initializer}
-    for n in model.graph.node:
-        if n.op_type == "QuantizeLinear" and len(n.input) > 2 and n.input[2] in inits:
-            if numpy_helper.to_array(inits[n.input[2]]).dtype == np.uint8:
-                return "uint8"
-    return "qdq"
-
-
 def _fix_inputs(opts: FixOptions, src: Path) -> tuple[Path, ...]:
     """The files a fix run reads: never written over, even with --force."""
     paths = [src]
@@ -454,11 +230,14 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     from .engine import run_engine
     from .outputs import save_model
     from .rules import load_rules, select_rules
-    from .gate import load_inputs_npz, loosest, verify
+    from .gate import boundary_checks, change_contracts, load_inputs_npz, loosest, verify
+    from .quantize.flow import quantize_stage
 
     if opts.input_type not in ("int8", "uint8"):
         raise UsageError(f"--input-type must be int8 or uint8, not '{opts.input_type}'.")
     if opts.compile is not None:
+        from .stedgeai.compare import check_compile_options
+
         check_compile_options(opts.compile)  # before any work: a bad --compile option fails at once
     profile = resolve_profile(opts.analysis)
     pools = resolve_pools(opts.analysis)
@@ -479,9 +258,9 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     before = analyze_model(loaded, profile=profile, pools=pools)
     warnings: list[str] = []
     advice: list[str] = []
-    from .engine import is_float_model
+    from .graph import is_quantized
 
-    if not opts.quantize and is_float_model(loaded.model):
+    if not opts.quantize and not is_quantized(loaded.model):
         advice.append(f"this is a float model: every op of a float model runs in SW on the NPU (estimated "
                       f"{before.estimate.sw_epochs} SW epochs of {before.estimate.epochs}); run nafix with --quantize "
                       f"to quantize it to int8 for the NPU, which is the fix")
@@ -500,7 +279,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
                 on_calibration(done, total)
 
         stage("quantization (onnxruntime)")
-        reference, pre_engine, quant_info = _quantize_stage(loaded, opts, profile, warnings, on_round, calibrated)
+        reference, pre_engine, quant_info = quantize_stage(loaded, opts, profile, warnings, on_round, calibrated)
         reference = refresh_shapes(reference)  # types and shapes of the tensors quantization added
     # the analysis before placed this very model: the engine starts from its graph view (which it
     # edits: the analysis keeps its figures, not the view), placement and estimate
@@ -571,7 +350,9 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     if opts.compile is not None:
         stage("stedgeai (--compile-timeout)", timed=False)
         try:
-            result.compiled = _compile_before_after(result, opts.compile, on_compile_line)
+            from .stedgeai.compare import compile_before_after
+
+            result.compiled = compile_before_after(result, opts.compile, on_compile_line)
         except NafixError:
             if not opts.dry_run:  # the model is written: its report and header go with it
                 _write_fix_reports(result, opts, header_path, report_path)
@@ -646,178 +427,3 @@ def _fixed_vs_source(loaded: LoadedModel, engine, opts: FixOptions) -> list | No
     from .importers.tflite_check import compare_model
 
     return compare_model(loaded.imported, engine.model, io_changes=engine.io_changes, seed=opts.seed)
-
-
-# ------------------------------------------------------------------------------------------------
-# Measuring with the real compiler (stedgeai / atonn)
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class CompileOptions:
-    """How to run stedgeai: where it is, which Neural-ART profile, how long to wait, where to work."""
-
-    stedgeai: str | None = None  # --stedgeai PATH; else $STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai, else PATH
-    profile: str | None = None  # NAME@FILE.json (--st-neural-art)
-    timeout_s: float = 900.0
-    workdir: str | None = None  # keep workspaces here; default: a temporary folder, removed afterwards
-    extra_args: tuple[str, ...] = ()
-
-
-def _compile_before_after(result: FixResult, copts: CompileOptions,
-                          on_line: Callable[[str, str], None] | None) -> CompileComparison:
-    import tempfile
-
-    from .outputs import save_model
-
-    import time
-    from dataclasses import replace
-
-    deadline = time.monotonic() + copts.timeout_s  # every stedgeai run of this command shares the budget
-
-    def remaining() -> CompileOptions:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            from .errors import ToolError
-
-            raise ToolError(f"stedgeai did not finish within --compile-timeout {copts.timeout_s:g} s "
-                            "(all its runs together).")
-        return replace(copts, timeout_s=max(round(left, 1), 0.1))
-
-    tool, version = locate_stedgeai(copts, required=True)
-
-    def lines(label):
-        return (lambda line: on_line(label, line)) if on_line else None
-
-    mem = result.before.memory
-    if not mem.fits_on_chip:
-        note = (f"estimated peak activations {mem.peak_activation_bytes / 1024:,.0f} KiB exceed the on-chip pools "
-                f"({mem.onchip_bytes / 1024:,.0f} KiB): expect external RAM use or 'left unallocated' errors")
-        result.warnings.append(note)
-        if on_line:
-            on_line("before", "nafix warning: " + note)
-    before = compile_model(result.input, "before", remaining(), tool, analysis=result.before, on_line=lines("before"))
-    after = None
-    ok_to_compile = result.changed and (result.verified or result.written)
-    if ok_to_compile:
-        if result.written and result.output is not None:
-            after = compile_model(result.output, "after", remaining(), tool, analysis=result.after,
-                                  on_line=lines("after"))
-        else:
-            with tempfile.TemporaryDirectory(prefix="nafix-fixed-") as tmp:
-                fixed = save_model(result.engine.model, Path(tmp) / (result.input.stem + ".nafix.onnx"))
-                after = compile_model(fixed, "after", remaining(), tool, analysis=result.after, on_line=lines("after"))
-    return CompileComparison(tool, version, before, after)
-
-
-def locate_stedgeai(opts: CompileOptions, *, required: bool):
-    """(path, version) of stedgeai, or (None, None) when absent and not ``required``."""
-    from .errors import ToolError
-    from .stedgeai import find_stedgeai, stedgeai_version
-
-    tool = check_compile_options(opts) if required else find_stedgeai(opts.stedgeai)
-    if tool is None:
-        return None, None
-    return tool, stedgeai_version(tool, timeout=min(60.0, opts.timeout_s))
-
-
-def spend_timeout(opts: CompileOptions, seconds: float) -> CompileOptions:
-    """``opts`` with ``seconds`` of its stedgeai time budget used (every run of a command shares it)."""
-    from dataclasses import replace
-
-    from .errors import ToolError
-
-    left = opts.timeout_s - seconds
-    if left <= 0:
-        raise ToolError(f"stedgeai did not finish within the timeout of {opts.timeout_s:g} s (all its runs together).")
-    return replace(opts, timeout_s=max(round(left, 1), 0.1))
-
-
-def check_compile_options(opts: CompileOptions) -> Path:
-    """The stedgeai executable for ``opts``, or one error sentence for options that cannot work (a
-    missing or non-executable stedgeai, a timeout that is not a positive number): called before any
-    work so that a bad --compile option never comes after minutes of fixing."""
-    import math
-
-    from .errors import ToolError
-    from .stedgeai import find_stedgeai
-
-    if not isinstance(opts.timeout_s, (int, float)) or not math.isfinite(opts.timeout_s) or opts.timeout_s <= 0:
-        raise UsageError(f"the stedgeai timeout (--compile-timeout; --timeout of nafix compile) must be a finite, "
-                         f"positive number of seconds, not {opts.timeout_s!r}.")
-    if opts.workdir and Path(opts.workdir).exists() and not Path(opts.workdir).is_dir():
-        raise UsageError(f"--workdir {opts.workdir}: exists and is not a folder.")
-    tool = find_stedgeai(opts.stedgeai)
-    if tool is None:
-        raise ToolError(
-            "stedgeai was not found: pass --stedgeai PATH, set STEDGEAI_CORE_DIR to the ST Edge AI Core "
-            "installation (its Utilities/<os>/stedgeai is used), or put stedgeai on PATH.")
-    if not os.access(tool, os.X_OK) or not Path(tool).is_file():
-        raise ToolError(f"'{tool}' is not an executable file; pass --stedgeai PATH to the stedgeai executable.")
-    return Path(tool)
-
-
-def estimate_vs_real(analysis: ModelAnalysis | None, result) -> list[dict]:
-    """Where nafix's placement model disagreed with the compiler: per op type (SW epoch counts),
-    per node where the compiler kept the ONNX node names, and the total epoch count."""
-    from collections import Counter
-
-    if analysis is None or result.report is None:
-        return []
-    rep = result.report
-    rows: list[dict] = []
-    if analysis.estimate.epochs != rep.epochs:
-        rows.append({"what": "epochs", "predicted": analysis.estimate.epochs, "actual": rep.epochs})
-    by_name = analysis.placement.by_name
-    # SW (and, where the report counts them, hybrid) epochs by the name the report prints
-    pred = analysis.estimate.sw_ops
-    act = Counter(rep.sw_ops)
-    for op in sorted(set(pred) | set(act)):
-        if pred[op] != act[op]:
-            rows.append({"what": "sw_ops", "op": op, "predicted": pred[op], "actual": act[op]})
-    if rep.hybrid_epochs is not None:
-        pred_h, act_h = analysis.estimate.hybrid_ops, Counter(rep.hybrid_ops)
-        for op in sorted(set(pred_h) | set(act_h)):
-            if pred_h[op] != act_h[op]:
-                rows.append({"what": "hybrid_ops", "op": op, "predicted": pred_h[op], "actual": act_h[op]})
-    if result.c_info is not None:
-        for ep in result.c_info.counted_epochs:
-            actual = "SW" if ep.kind == "SW" else ("HYBRID" if ep.kind == "HYBRID" else "HW")
-            for name in ep.node_names:
-                p = by_name.get(name)
-                if p is None or p.unit == "folded":
-                    continue
-                if (p.unit == SW) != (actual == "SW"):
-                    rows.append({"what": "node", "node": name, "op": p.op_type, "predicted": p.unit,
-                                 "actual": actual, "reasons": [r.text() for r in p.reasons]})
-    return rows
-
-
-def compile_model(model: Path, label: str, opts: CompileOptions, tool: Path, *,
-                  analysis: ModelAnalysis | None = None,
-                  on_line: Callable[[str], None] | None = None) -> CompiledModel:
-    """Run stedgeai on ``model`` in its own workspace (never the model's folder)."""
-    import shutil
-    import tempfile
-
-    from .stedgeai import run_generate
-
-    if opts.workdir:
-        work = Path(opts.workdir) / label
-        try:
-            work.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise UsageError(f"--workdir {opts.workdir}: the stedgeai workspace {work} cannot be created "
-                             f"({exc.strerror or exc}).") from None
-        cleanup = False
-    else:
-        work = Path(tempfile.mkdtemp(prefix=f"nafix-{label}-"))
-        cleanup = True
-    try:
-        res = run_generate(tool=tool, model=model, workdir=work, profile=opts.profile,
-                           extra_args=opts.extra_args, timeout_s=opts.timeout_s, on_line=on_line,
-                           temporary_workdir=cleanup)
-    finally:
-        if cleanup:
-            shutil.rmtree(work, ignore_errors=True)
-    return CompiledModel(label, model, res, estimate_vs_real(analysis, res))

@@ -513,10 +513,41 @@ def cores_block(profile) -> str:
     return "\n".join(lines)
 
 
+def calibration_table(rows) -> str:
+    """``nafix calibrate`` as a Markdown table (real figures from the reports, the rest estimated)."""
+    from .escape import markdown as _md
+
+    def ops(d: dict) -> str:
+        return " ".join(d) if d else "="
+
+    out = ["| pair | report | core | options | epochs real / est | SW real / est | hybrid real / est "
+           "| SW ops (+extra -missing) | hybrid ops | on target |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        rep = r.report.split("/", 1)[-1] + (f" (x{r.runs})" if r.runs > 1 else "")
+        opts = " ".join(o.replace("--", "") for o in r.options) or "-"
+        if not r.estimated:
+            out.append(f"| {_md(r.pair)} | {_md(rep)} | {_md(r.core)} | {_md(opts)} | {r.real_epochs} / - | {r.real_sw} / - "
+                       f"| {r.real_hybrid if r.real_hybrid is not None else '-'} / - | - | - | {_md(r.status)} |")
+            continue
+        hy = f"{r.real_hybrid} / {r.est_hybrid}" if r.real_hybrid is not None else f"- / {r.est_hybrid}"
+        sw_ops = ops(r.sw_diff()) if r.ops_listed else "(not listed)"
+        hy_ops = ops(r.hybrid_diff()) if r.real_hybrid is not None else "-"
+        err = r.epoch_error
+        out.append(f"| {_md(r.pair)} | {_md(rep)} | {_md(r.core)} | {_md(opts)} | {r.real_epochs} / {r.est_epochs}"
+                   f"{f' ({err:+.0%})' if err else ''} | {r.real_sw} / {r.est_sw} | {hy} | {_md(sw_ops)} | {_md(hy_ops)} "
+                   f"| {'yes' if not r.failures() else 'no'} |")
+    s = summary(rows)
+    out.append("")
+    out.append(f"{s['on_target']} of {s['estimated']} estimated reports on target (SW op multiset equal, hybrid ops "
+               f"equal where the report counts them, estimated epochs within {EPOCH_TOLERANCE:.0%}); "
+               f"{s['sw_ops_equal']} with equal SW ops, {s['epochs_within']} with epochs within {EPOCH_TOLERANCE:.0%}; "
+               f"{len(s['not_estimated'])} not estimated.")
+    return "\n".join(out) + "\n"
+
+
 def calibration_block(rows: list[CalibrationRow], exceptions: dict) -> str:
     """The calibrate table, its summary and the documented exceptions with their evidence."""
-    from .report import calibration_table
-
     out = ["Measured with `nafix calibrate ../shared/reference/pairs` (real figures from the reports; "
            "estimated ones from nafix's placement model with the core version and options each report states):",
            "", calibration_table(rows).rstrip("\n"), "",

@@ -542,8 +542,10 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
               calib_order, calib_samples, calib_method, core, max_ms=None) -> None:
     """``nafix fix``'s work and output (exits with typer.Exit like a command)."""
     model = Path(model)
-    from .api import CompileOptions, FixOptions, fix
-    from .report import fix_dict, fix_renderables
+    from .api import FixOptions, fix
+    from .stedgeai.compare import CompileOptions
+    from .report import fix_renderables
+    from .report_data import fix_dict
 
     try:
         copts = CompileOptions(stedgeai=stedgeai, profile=profile, timeout_s=compile_timeout,
@@ -679,8 +681,8 @@ def compile_cmd(
 ):
     """Compile MODEL with the real stedgeai and compare its epochs with nafix's estimate."""
     model = Path(model)
-    from .api import (AnalysisOptions, CompileOptions, analyze_path, compile_model, locate_stedgeai, resolve_pools,
-                      spend_timeout)
+    from .api import AnalysisOptions, analyze_path, resolve_pools
+    from .stedgeai.compare import CompileOptions, compile_model, locate_stedgeai, spend_timeout
     from .model_io import parse_input_shapes
     from .report import compile_renderables
 
@@ -740,9 +742,8 @@ def calibrate_cmd(
     """Compare nafix's estimate with real stedgeai reports: per report, the core version and options it
     states, real vs estimated epochs, SW and hybrid epochs, and the SW/hybrid op names that differ.
     With --times: estimated vs published inference time per model, and a summary line."""
-    from .calibrate import calibrate, summary
+    from .calibrate import calibrate, calibration_table, summary
     from .errors import UsageError
-    from .report import calibration_table
 
     if times is not None:
         from .latency_calibration import calibrate_times, times_summary, times_table
@@ -911,7 +912,8 @@ def rules_cmd(
     rules: Optional[List[str]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
 ):
     """List the rewrite rules, explain one, or write the rules reference."""
-    from .rules import load_rules, rule_markdown
+    from .report import rule_markdown
+    from .rules import load_rules
 
     try:
         if output is not None and not markdown:
@@ -938,7 +940,7 @@ def rules_cmd(
     from rich.table import Table
 
     from .engine import GUARANTEE
-    from .rules import SELECTION_TEXT
+    from .report import SELECTION_TEXT
 
     t = Table(title="nafix rules", expand=False, caption=Text(f"{SELECTION_TEXT} {GUARANTEE}".replace("`", "")))
     t.add_column("id")

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 import onnx
 from . import ir
 
-from .graph import Editor, GraphView, node_label
+from .graph import Editor, GraphView, is_quantized, node_label
 from .npu.estimate import EpochEstimate, estimate_epochs
 from .npu.placement import place
 from .npu.profile import TargetProfile
@@ -149,12 +149,6 @@ class _Attempt:
         return [(c.rule, c.node) for c in self.changes]
 
 
-def is_float_model(model: onnx.ModelProto) -> bool:
-    """No QuantizeLinear/DequantizeLinear or QLinear op anywhere: every op runs in SW on the NPU."""
-    return not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") or n.op_type.startswith("QLinear")
-                   for n in model.graph.node)
-
-
 def guard_exempt(rule: Rule) -> bool:
     """A rule that fixes a board hang or a compile error trades epochs for a model that runs at all
     (NAF008 adds a subsampling op to avoid the stride-2 depthwise hang): the guard does not hold it
@@ -238,7 +232,7 @@ def run_engine(
     result = EngineResult(model=current)
     seen_near: set[tuple[str, str]] = set()
     options = dict(options or {})
-    float_model = is_float_model(current)
+    float_model = not is_quantized(current)
     banned: set[tuple[str, str]] = set()
     exempt = {r.id for r in rules if guard_exempt(r)}
     if start is not None:

@@ -15,7 +15,7 @@ another tool or made to hurt, so each one is
   (``models[3].sw_nodes[0].why[0].requirement``).
 
 The shapes themselves (:data:`ROW`, :data:`REPORT`, :data:`BASELINE`, :func:`cache_entry`) describe
-what ``fixer.report.analysis_dict``, ``fixer.zoo.worker.error_row``, ``fixer.zoo.runner.build_report``,
+what ``fixer.report_data.analysis_dict``, ``fixer.zoo.worker.error_row``, ``fixer.zoo.runner.build_report``,
 ``fixer.zoo.baseline.make_baseline`` and ``fixer.zoo.cache.Cache.put`` write: a row that passes them
 renders in every format. Keys nafix does not read are allowed (any JSON value), so a report of a
 newer nafix with an extra field still merges.
@@ -507,7 +507,7 @@ MEMORY = Obj(
 )
 #: One failing requirement (``why`` of a SW node, a finding, a note).
 REASON = {"constraint": TEXT, "requirement": TEXT, "detail": TEXT, "tag": TEXT}
-#: ``fixer.results.ModelAnalysis.sw_nodes`` plus ``why`` (``fixer.report.analysis_dict``)
+#: ``fixer.results.ModelAnalysis.sw_nodes`` plus ``why`` (``fixer.report_data.analysis_dict``)
 SW_NODE = Obj(
     {"name": NAME, "op_type": NAME, "reasons": TEXTS},
     {"constraints": TEXTS, "tags": TEXTS, "why": ListOf(Obj(REASON)), "kernel": Opt(TEXT), "role": Opt(TEXT),
@@ -517,7 +517,7 @@ NOTE = Obj({"name": NAME, "op_type": NAME, "note": TEXT, **REASON}, {"severity":
 FINDING = Obj({**REASON, "severity": TEXT})
 EPOCH = Obj({"index": COUNT, "unit": TEXT, "nodes": ListOf(NAME)}, {"reported_as": TEXT})
 
-#: A model that was analysed: ``fixer.report.analysis_dict`` plus path, sha256 and error.
+#: A model that was analysed: ``fixer.report_data.analysis_dict`` plus path, sha256 and error.
 ANALYSED_ROW = Obj(
     {"path": PATH, "estimate": ESTIMATE, "memory": MEMORY, "sw_nodes": ListOf(SW_NODE)},
     {"sha256": Opt(TEXT), "error": Null(), "notes": ListOf(NOTE), "findings": ListOf(FINDING),

@@ -1,18 +1,18 @@
-"""Report data and renderings (JSON, Markdown, console tables). No printing here: renderers return
-strings or rich renderables; the CLI decides where they go."""
+"""Report renderings (Markdown, console tables, the rules' Markdown). No printing here: renderers
+return strings or rich renderables; the CLI decides where they go. The data the library writes is
+in :mod:`fixer.report_data`."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
-from . import __version__, escape
-from .results import AuditResult, FixResult, ModelAnalysis
+from . import escape
+from .report_data import ESTIMATE_NOTE, analysis_dict
+from .results import ModelAnalysis
 
-ESTIMATE_NOTE = (
-    "Epoch counts, HW ratios and memory figures are estimated by nafix's placement model "
-    "(not measured by stedgeai)."
-)
+if TYPE_CHECKING:
+    from .rules import Rule
 
 
 def _t(text: str, style: str | None = None, *, no_wrap: bool = False):
@@ -44,66 +44,8 @@ def ms_change(before: float | None, after: float | None) -> str:
     return f"estimated time {ms_text(before)} ms -> {ms_text(after)} ms{pct}"
 
 
-def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
-    sw_nodes = a.sw_nodes()
-    by_name = a.placement.by_name
-    for n in sw_nodes:  # the failing requirements one by one; an epoch stedgeai inserts gives its lowering
-        p = by_name.get(n["name"])
-        if p is not None and p.unit == "SW":
-            n["why"] = [{"constraint": r.constraint, "requirement": r.requirement, "detail": r.detail, "tag": r.tag}
-                        for r in p.reasons]
-        else:
-            n["why"] = [{"constraint": c, "tag": t, "detail": d,
-                         "requirement": f"stedgeai lowers the node with an inserted {op} epoch"}
-                        for c, t, d, op in zip(n["constraints"], n["tags"], n["reasons"], n["reported_as"])]
-    notes = a.notes()
-    note_reasons = [r for n in a.placement.nodes for r in n.notes]
-    for d, r in zip(notes, note_reasons):
-        d.update({"requirement": r.requirement, "detail": r.detail, "tag": r.tag})
-    return {
-        "estimate": a.estimate.as_dict(),
-        "sw_nodes": sw_nodes,
-        "notes": notes,
-        "findings": [
-            {"constraint": r.constraint, "requirement": r.requirement, "detail": r.detail, "tag": r.tag,
-             "severity": r.severity}
-            for r in a.findings
-        ],
-        "memory": a.memory.as_dict(),
-        "dynamic_dims": [d.describe() for d in a.loaded.dynamic_dims],
-        "warnings": list(a.loaded.warnings),
-        **_import_dict(a.loaded),
-        "oe_export": a.placement.oe_export,
-        "epochs": [{"index": g.index, "unit": g.unit, "nodes": g.nodes,
-                    **({"reported_as": g.reported_as} if g.unit != "HW" else {}),
-                    **({"ms": a.estimate.latency.epoch_ms[i]} if a.estimate.latency is not None else {})}
-                   for i, g in enumerate(a.estimate.groups)],
-    }
-
-
 _FORMAT_LABELS = {"tflite": "TFLite", "onnx": "ONNX"}
 
-
-def _import_dict(loaded) -> dict[str, Any]:
-    imp = getattr(loaded, "imported", None)
-    if imp is None:
-        return {"source_format": "onnx"}
-    check = imp.check.as_dict() if imp.check is not None else None
-    return {"source_format": imp.source_format, "import_check": check}
-
-
-def audit_dict(result: AuditResult, *, profile: str) -> dict[str, Any]:
-    """The JSON report of an in-process ``fixer.api.audit`` result (same shape as ``nafix audit``)."""
-    from .zoo.runner import build_report
-    from .zoo.worker import error_row
-
-    rows = []
-    for m in result.models:
-        if m.analysis is not None:
-            rows.append({"path": str(m.path), "sha256": None, "error": m.error, **analysis_dict(m.analysis)})
-        else:
-            rows.append(error_row(str(m.path), m.error or "error"))
-    return build_report(rows, profile=profile)
 
 
 def _name(row: dict[str, Any]) -> str:
@@ -434,169 +376,6 @@ def compile_renderables(cm, version, analysis):
 # ------------------------------------------------------------------------------------------------
 
 
-def _const(model, name):
-    import onnx
-
-    for t in model.graph.initializer:
-        if t.name == name:
-            return onnx.numpy_helper.to_array(t)
-    for n in model.graph.node:
-        if n.op_type == "Constant" and n.output[0] == name and n.attribute:
-            return onnx.numpy_helper.to_array(n.attribute[0].t)
-    return None
-
-
-def _qparams(model, node):
-    import numpy as np
-
-    s = _const(model, node.input[1])
-    z = _const(model, node.input[2]) if len(node.input) > 2 and node.input[2] else np.zeros((), np.uint8)
-    if s is None or z is None:
-        return None, None, None
-    conv = (lambda a: a.reshape(-1)[0].item()) if np.size(s) == 1 else (lambda a: a.reshape(-1).tolist())
-    return conv(np.asarray(s, dtype=np.float64)), conv(np.asarray(z).astype(np.int64)), np.asarray(z).dtype.name
-
-
-def _type_text(tp) -> str:
-    """A value type as text: numpy dtype name of a tensor, seq(...)/map(...)/optional(...) otherwise."""
-    import onnx
-
-    kind = tp.WhichOneof("value")
-    if kind == "tensor_type":
-        try:
-            return onnx.helper.tensor_dtype_to_np_dtype(tp.tensor_type.elem_type).name
-        except (KeyError, ValueError, TypeError):
-            return onnx.TensorProto.DataType.Name(tp.tensor_type.elem_type).lower() if tp.tensor_type.elem_type in \
-                onnx.TensorProto.DataType.values() else "unknown"
-    if kind == "sequence_type":
-        return f"seq({_type_text(tp.sequence_type.elem_type)})"
-    if kind == "optional_type":
-        return f"optional({_type_text(tp.optional_type.elem_type)})"
-    if kind == "map_type":
-        key = onnx.TensorProto.DataType.Name(tp.map_type.key_type).lower()
-        return f"map({key}, {_type_text(tp.map_type.value_type)})"
-    return kind or "unknown"
-
-
-def edge_io(model) -> dict[str, list[dict[str, Any]]]:
-    """Graph inputs and outputs with dtype, and scale/zero_point wherever the edge is quantized:
-    an int8/uint8 edge (the values are (q - zero_point) * scale), or a float edge that a
-    QuantizeLinear/DequantizeLinear converts right at the boundary."""
-    import onnx
-
-    init_names = {t.name for t in model.graph.initializer}
-    consumers: dict[str, list] = {}
-    producers = {}
-    for n in model.graph.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-        for o in n.output:
-            producers[o] = n
-
-    def dtype_of(vi):
-        return _type_text(vi.type)
-
-    def shape_of(vi):
-        return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None) for d in vi.type.tensor_type.shape.dim]
-
-    ins, outs = [], []
-    for vi in model.graph.input:
-        if vi.name in init_names:
-            continue
-        row = {"name": vi.name, "dtype": dtype_of(vi), "shape": shape_of(vi), "scale": None, "zero_point": None}
-        for c in consumers.get(vi.name, []):
-            if c.op_type in ("QuantizeLinear", "DequantizeLinear") and c.input[0] == vi.name:
-                row["scale"], row["zero_point"], qtype = _qparams(model, c)
-                if c.op_type == "QuantizeLinear":
-                    row["quantized_inside_as"] = qtype
-                break
-        ins.append(row)
-    for vi in model.graph.output:
-        row = {"name": vi.name, "dtype": dtype_of(vi), "shape": shape_of(vi), "scale": None, "zero_point": None}
-        p = producers.get(vi.name)
-        if p is not None and p.op_type in ("QuantizeLinear", "DequantizeLinear"):
-            row["scale"], row["zero_point"], _ = _qparams(model, p)
-        outs.append(row)
-    return {"inputs": ins, "outputs": outs}
-
-
-def fix_dict(result: FixResult) -> dict[str, Any]:
-    before = result.before
-    after = result.final
-    v = result.verification
-    model = result.engine.model if result.changed else result.before.loaded.model
-    return {
-        "nafix_version": __version__,
-        "input": str(result.input),
-        "output": str(result.output) if result.output else None,
-        "written": result.written,
-        "profile": before.profile.name,
-        "estimated": True,
-        "note": ESTIMATE_NOTE,
-        "estimate": {"before": before.estimate.as_dict(), "after": after.estimate.as_dict()},
-        "changes": [{"rule": c.rule, "node": c.node, "op_type": c.op_type, "detail": c.detail,
-                     "new_nodes": list(c.new_nodes)} for c in result.engine.changes],
-        "near_misses": [{"rule": n.rule, "node": n.node, "op_type": n.op_type, "reason": n.reason}
-                        for n in result.engine.near_misses],
-        "verification": v.as_dict() if v is not None else {"ok": True, "outputs": [], "contract": None,
-                                                             "detail": "nothing changed, nothing to verify"},
-        "io": edge_io(model),
-        "io_changes": [{"kind": c.kind, "name": c.name, "dtype": c.dtype, "scale": c.scale,
-                        "zero_point": c.zero_point, "was": c.was} for c in result.engine.io_changes],
-        "remaining_sw_nodes": after.sw_nodes(),
-        "findings": [{"constraint": r.constraint, "detail": r.detail, "severity": r.severity, "tag": r.tag}
-                     for r in after.findings],
-        "memory": {"before": before.memory.as_dict(), "after": after.memory.as_dict()},
-        "rules_run": result.rules_run,
-        "warnings": result.warnings,
-        "advice": list(getattr(result, "advice", ())),
-        "source_format": {"before": _import_dict(before.loaded)["source_format"], "after": "onnx"},
-        **({"import_check": before.loaded.imported.check.as_dict()}
-           if getattr(before.loaded, "imported", None) is not None and before.loaded.imported.check is not None
-           else {}),
-        **({"fixed_vs_tflite": [o.as_dict() for o in result.source_check]}
-           if getattr(result, "source_check", None) else {}),
-        **({"stedgeai": result.compiled.as_dict()} if getattr(result, "compiled", None) is not None else {}),
-        **({"quantization": result.quantization} if getattr(result, "quantization", None) is not None else {}),
-    }
-
-
-def fix_header(result, header_path) -> str:
-    """A C header with the scale and zero-point of every graph edge nafix made integer. Names from
-    the model reach it only through :func:`fixer.escape.c_comment` (inside comments) and
-    :func:`fixer.escape.c_identifier` (macro and type names: valid, unique in the file)."""
-    taken: set[str] = set()
-    guard = escape.c_identifier(header_path.name)
-    if guard.startswith(("NAFIX_IN_", "NAFIX_OUT_")):  # never one of the edge macros below
-        guard = "HEADER_" + guard
-    taken.add(guard)
-    model_name = escape.c_comment(result.output.name) if result.output else "the fixed model"
-    lines = [
-        f"/* Generated by nafix {__version__} for {model_name}.",
-        " * Integer graph edges: real_value = (q - ZERO_POINT) * SCALE; q = round(real_value / SCALE) + ZERO_POINT",
-        " * (round half to even, saturated to the type's range). */",
-        f"#ifndef {guard}", f"#define {guard}", "", "#include <stdint.h>", "",
-    ]
-    for c in result.engine.io_changes:
-        base = escape.c_identifier(f"NAFIX_{'IN' if c.kind == 'input' else 'OUT'}_{c.name}", taken=taken)
-        scale = c.scale if not isinstance(c.scale, list) else c.scale[0]
-        zp = c.zero_point if not isinstance(c.zero_point, list) else c.zero_point[0]
-        ctype = escape.c_identifier(f"{c.dtype}_t", upper=False)
-        lines += [
-            f"/* {escape.c_comment(c.kind)} '{escape.c_comment(c.name)}': {escape.c_comment(c.dtype)} "
-            f"(was {escape.c_comment(c.was)}) */",
-            f"#define {base}_SCALE {float(scale)!r}f",
-            f"#define {base}_ZERO_POINT ({int(zp)})",
-            f"typedef {ctype} {base.lower()}_t;",
-            "",
-        ]
-    lines += [
-        "static inline float nafix_dequantize(int32_t q, float scale, int32_t zero_point)",
-        "{", "    return (float)(q - zero_point) * scale;", "}", "",
-        f"#endif /* {guard} */", "",
-    ]
-    return "\n".join(lines)
-
 
 def fix_renderables(result, *, verbose: bool = False):
     from rich.table import Table
@@ -687,34 +466,55 @@ def fix_renderables(result, *, verbose: bool = False):
     return out
 
 
-def calibration_table(rows) -> str:
-    """``nafix calibrate`` as a Markdown table (real figures from the reports, the rest estimated)."""
-    from .calibrate import EPOCH_TOLERANCE, summary
+# ------------------------------------------------------------------------------------------------
+# nafix rules
+# ------------------------------------------------------------------------------------------------
 
-    def ops(d: dict) -> str:
-        return " ".join(d) if d else "="
 
-    out = ["| pair | report | core | options | epochs real / est | SW real / est | hybrid real / est "
-           "| SW ops (+extra -missing) | hybrid ops | on target |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        rep = r.report.split("/", 1)[-1] + (f" (x{r.runs})" if r.runs > 1 else "")
-        opts = " ".join(o.replace("--", "") for o in r.options) or "-"
-        if not r.estimated:
-            out.append(f"| {_md(r.pair)} | {_md(rep)} | {_md(r.core)} | {_md(opts)} | {r.real_epochs} / - | {r.real_sw} / - "
-                       f"| {r.real_hybrid if r.real_hybrid is not None else '-'} / - | - | - | {_md(r.status)} |")
-            continue
-        hy = f"{r.real_hybrid} / {r.est_hybrid}" if r.real_hybrid is not None else f"- / {r.est_hybrid}"
-        sw_ops = ops(r.sw_diff()) if r.ops_listed else "(not listed)"
-        hy_ops = ops(r.hybrid_diff()) if r.real_hybrid is not None else "-"
-        err = r.epoch_error
-        out.append(f"| {_md(r.pair)} | {_md(rep)} | {_md(r.core)} | {_md(opts)} | {r.real_epochs} / {r.est_epochs}"
-                   f"{f' ({err:+.0%})' if err else ''} | {r.real_sw} / {r.est_sw} | {hy} | {_md(sw_ops)} | {_md(hy_ops)} "
-                   f"| {'yes' if not r.failures() else 'no'} |")
-    s = summary(rows)
-    out.append("")
-    out.append(f"{s['on_target']} of {s['estimated']} estimated reports on target (SW op multiset equal, hybrid ops "
-               f"equal where the report counts them, estimated epochs within {EPOCH_TOLERANCE:.0%}); "
-               f"{s['sw_ops_equal']} with equal SW ops, {s['epochs_within']} with epochs within {EPOCH_TOLERANCE:.0%}; "
-               f"{len(s['not_estimated'])} not estimated.")
-    return "\n".join(out) + "\n"
+#: How rules are chosen, for ``nafix rules`` and docs/RULES.md.
+SELECTION_TEXT = ("Rules not marked opt-in run by default. `--extend-select ID` adds a rule (an opt-in one, "
+                  "say) to the default set; `--select ID` runs only the rules named; `--ignore ID` turns one "
+                  "off (all three take ids or names and repeat).")
+
+
+def rule_markdown(rules: Sequence[Rule]) -> str:
+    """docs/RULES.md: generated from the rule files and the registered docstrings. What a rule file
+    says reaches the Markdown through :mod:`fixer.escape` (a rule given with ``--rules`` is not
+    nafix's text): names and values as code or literal text, its prose as one-line Markdown."""
+    from .engine import GUARANTEE
+    from .npu.constraints import REGISTRY
+    from .npu.profile import load_profile
+    from .predicates import PREDICATES
+    from .rewriters import REWRITERS
+
+    values = load_profile().values()
+
+    lines = ["# nafix rules", "", "Generated by `nafix rules --markdown`; do not edit by hand.", "",
+             GUARANTEE, "", SELECTION_TEXT, "",
+             "| id | name | summary | fixes | verify |", "|---|---|---|---|---|"]
+    for r in rules:
+        lines.append(f"| {escape.markdown(r.id)} | {escape.markdown(r.name)} | {escape.markdown_prose(r.summary)} "
+                     f"| {escape.markdown(', '.join(r.fixes))} | {r.verify.describe()}"
+                     f"{' (opt-in)' if r.opt_in else ''} |")
+    for r in rules:
+        lines += ["", f"## {escape.markdown(r.id)} {escape.markdown(r.name)}", "", escape.markdown_prose(r.summary), "",
+                  f"**Why.** {escape.markdown_prose(r.why)}", ""]
+        if r.opt_in:
+            lines += [f"**Opt-in**: runs only when selected: `--extend-select {r.id}` (with the default rules) or "
+                      f"`--select {r.id}` (alone).", ""]
+        lines.append("**Fixes:**")
+        for f in r.fixes:
+            c = REGISTRY.get(f)
+            lines.append(f"- {escape.markdown_code(f)}" + (f": {c.requirement(values)} [{c.tag}]" if c is not None else ""))
+        lines += ["", f"**Matches** {', '.join(escape.markdown_code(o) for o in r.ops)} when:"]
+        for i, c in enumerate(r.when):
+            p = PREDICATES[c.predicate]
+            args = ", ".join(f"{k}={v}" for k, v in c.params.items())
+            role = "trigger" if i == 0 else "precondition"
+            lines.append(f"- {role}: {escape.markdown_code(f'{c.predicate}({args})')}: {p.doc}")
+        rw = REWRITERS[r.rewriter]
+        params = ", ".join(f"{k}={v}" for k, v in r.params.items()) or "none"
+        lines += ["", f"**Rewrite** (`{r.rewriter}`, params: {escape.markdown(params)}): {rw.doc}", "",
+                  f"**Verify:** {r.verify.describe()}.", "", "**References:**"]
+        lines += [f"- {escape.markdown_prose(ref)}" for ref in r.references]
+    return "\n".join(lines) + "\n"

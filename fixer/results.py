@@ -1,5 +1,5 @@
 """The result types nafix's API returns and its report renders: one model's analysis, an audit,
-a fix, a compile comparison. Shared by :mod:`fixer.api`, :mod:`fixer.report` and the quantization
+a fix, a compile comparison. Shared by :mod:`fixer.api`, :mod:`fixer.report_data` and the quantization
 modules, so none of them imports another just for a type."""
 
 from __future__ import annotations

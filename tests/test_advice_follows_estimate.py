@@ -13,7 +13,8 @@ import pytest
 from fixer.api import AnalysisOptions, AuditOptions, analyze_path, audit
 from fixer.engine import addresses_sw_epochs, run_engine
 from fixer.npu.constraints import REGISTRY
-from fixer.report import audit_dict, summary_lines
+from fixer.report import summary_lines
+from fixer.zoo.runner import audit_dict
 from fixer.rules import load_rules
 
 ROOT = Path(__file__).resolve().parents[1]

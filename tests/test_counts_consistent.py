@@ -14,7 +14,8 @@ import pytest
 from rich.console import Console
 
 from fixer.api import AnalysisOptions, AuditOptions, audit
-from fixer.report import audit_dict, audit_markdown, audit_renderables, grouped_row_reasons
+from fixer.report import audit_markdown, audit_renderables, grouped_row_reasons
+from fixer.zoo.runner import audit_dict
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_models"

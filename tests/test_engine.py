@@ -219,7 +219,7 @@ def test_every_registered_predicate_and_rewriter_has_a_docstring():
 
 
 def test_rules_markdown_is_up_to_date():
-    from fixer.rules import rule_markdown
+    from fixer.report import rule_markdown
 
     committed = Path(__file__).resolve().parents[1] / "docs" / "RULES.md"
     assert committed.exists(), "run: nafix rules --markdown -o docs/RULES.md"

@@ -10,7 +10,8 @@ import numpy as np
 import onnx
 import pytest
 
-from fixer.api import FixOptions, boundary_checks, change_contracts, fix
+from fixer.api import FixOptions, fix
+from fixer.gate import boundary_checks, change_contracts
 from fixer.engine import run_engine
 from fixer.npu.profile import load_profile
 from fixer.rules import load_rules

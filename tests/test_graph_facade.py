@@ -133,7 +133,7 @@ def test_loader_renames_duplicates_avoiding_every_name_and_leaves_unnamed_nodes(
 
 def test_is_quantized_is_one_predicate_over_op_types():
     """QuantizeLinear/DequantizeLinear or any QLinear op makes a model quantized; integer ops alone or
-    float ops do not (the question engine.is_float_model and the placement's finding ask)."""
+    float ops do not (the question the engine's float guard, --quantize's input kind and the placement's finding ask)."""
     from fixer.graph import is_quantized, quantized_ops
 
     def model(*ops):

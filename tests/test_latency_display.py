@@ -86,7 +86,7 @@ def test_audit_max_ms_names_the_models_over_budget_and_refuses_a_bad_budget(caps
 # -- the baseline: an estimated time that rises beyond a tolerance is a regression ----------------
 
 def _report(path: Path) -> dict:
-    from fixer.report import analysis_dict
+    from fixer.report_data import analysis_dict
 
     row = {"path": str(path), "sha256": "x", "error": None, **analysis_dict(analyze_path(path, AnalysisOptions()))}
     return {"profile": "stm32n6", "models": [row]}

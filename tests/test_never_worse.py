@@ -9,9 +9,11 @@ from pathlib import Path
 import onnx
 import pytest
 
-from fixer.api import AnalysisOptions, FixOptions, analyze_model, boundary_checks, change_contracts, fix
+from fixer.api import AnalysisOptions, FixOptions, analyze_model, fix
+from fixer.gate import boundary_checks, change_contracts
 from tests.helpers import run_cli as _run_cli
-from fixer.engine import FLOAT_GUARD_REASON, is_float_model, run_engine
+from fixer.engine import FLOAT_GUARD_REASON, run_engine
+from fixer.graph import is_quantized
 from fixer.npu.profile import load_profile
 from fixer.rules import load_rules
 from fixer.gate import verify
@@ -83,7 +85,7 @@ def test_guard_keeps_the_good_changes_of_a_round_and_drops_the_bad_one():
 def test_float_movenet_like_never_worse_near_misses_and_one_line_advice(tmp_path, capsys):
     src = tmp_path / "m.onnx"
     shutil.copy(SAMPLES / "movenet_like_float.onnx", src)
-    assert is_float_model(onnx.load(str(src)))
+    assert not is_quantized(onnx.load(str(src)))
     code, out, err = _run_cli([src, "--fail-on", "never", "--format", "table"], capsys)
     assert code == 0, err
     text = " ".join(out.split())

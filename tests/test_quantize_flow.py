@@ -161,16 +161,16 @@ def test_a_recorded_reference_gives_the_same_report():
 
 
 def _spy(monkeypatch):
-    import fixer.api as api
+    import fixer.quantize.flow as flow
 
     calls = []
-    real = api.accuracy_report
+    real = flow.accuracy_report
 
     def spy(float_model, quant_model, feeds, **kw):
         calls.append((float_model, quant_model, list(feeds), kw))
         return real(float_model, quant_model, feeds, **kw)
 
-    monkeypatch.setattr(api, "accuracy_report", spy)
+    monkeypatch.setattr(flow, "accuracy_report", spy)
     return calls
 
 

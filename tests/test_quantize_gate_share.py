@@ -169,7 +169,7 @@ def _failing_gate(monkeypatch):
 
 
 def test_a_failing_gate_is_the_error_even_when_quantization_fails(tmp_path, monkeypatch):
-    import fixer.api as api
+    import fixer.quantize.flow as flow
 
     src = tmp_path / "m.onnx"
     onnx.save(_conv_sub_model(), src)
@@ -181,11 +181,11 @@ def test_a_failing_gate_is_the_error_even_when_quantization_fails(tmp_path, monk
     def broken(*a, **kw):
         raise InputError("onnxruntime could not quantize the model")
 
-    monkeypatch.setattr(api, "quantize_float_model", broken)
+    monkeypatch.setattr(flow, "quantize_float_model", broken)
     with pytest.raises(VerificationError, match="before quantization failed verification"):
         fix(src, FixOptions(quantize=True, output=tmp_path / "b.onnx"))
     monkeypatch.undo()
-    monkeypatch.setattr(api, "quantize_float_model", broken)  # a passing gate: quantization's error
+    monkeypatch.setattr(flow, "quantize_float_model", broken)  # a passing gate: quantization's error
     with pytest.raises(InputError, match="could not quantize"):
         fix(src, FixOptions(quantize=True, output=tmp_path / "c.onnx"))
     assert not any((tmp_path / f"{t}.onnx").exists() for t in "bc")

@@ -181,7 +181,7 @@ def test_a_quantize_stage_that_leaves_partial_sums_in_float_is_refused(denoiser,
     """The failure the issue reported, made on purpose: onnxruntime leaves the Gemm's partial sums in
     float (excluded from its nodes). The report names them, and the whole-run check refuses the
     model although every rule round kept the engine's own guard."""
-    import fixer.api
+    import fixer.quantize.flow
     from fixer.quantize import requantize_islands as real
 
     def leave_gemm_partials_float(model, **kw):
@@ -189,7 +189,7 @@ def test_a_quantize_stage_that_leaves_partial_sums_in_float_is_refused(denoiser,
         assert skip  # NAF002 split the Gemm before quantization
         return real(model, nodes_to_exclude=skip, **kw)
 
-    monkeypatch.setattr(fixer.api, "requantize_islands", leave_gemm_partials_float)
+    monkeypatch.setattr(fixer.quantize.flow, "requantize_islands", leave_gemm_partials_float)
     model, calib = denoiser
     r = fix(model, FixOptions(select=("NAF001", "NAF002"), quantize=True, dry_run=True,
                               calib=CalibrationOptions(path=str(calib))))

@@ -11,7 +11,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from fixer.api import AnalysisOptions, AuditOptions, analyze_path, audit
-from fixer.report import analysis_dict
+from fixer.report_data import analysis_dict
 
 
 def _model(path):

@@ -12,11 +12,11 @@ import pytest
 import yaml
 
 from fixer.api import analyze_model
-from fixer.engine import is_float_model, run_engine
+from fixer.engine import run_engine
+from fixer.graph import is_quantized
 from fixer.npu.profile import load_profile
 from fixer.rules import load_rules
-from fixer.api import change_contracts
-from fixer.gate import loosest, verify
+from fixer.gate import change_contracts, loosest, verify
 from tests.builders import build
 from tests.helpers import CASE_PROFILE_KEYS, case_profile, case_with_file_defaults
 
@@ -72,7 +72,7 @@ def test_rule_case(rule_id, case):
     # Float models: the rewrite itself is tested as --quantize runs it (before quantization, where the
     # guard is off: on a float model every added node is one more SW epoch until quantized).
     res = run_engine(model, [rule], profile=profile, options={"input_type": case.get("input_type", "int8")},
-                     guard=not is_float_model(model))
+                     guard=is_quantized(model))
     fired = [c for c in res.changes if c.rule == rule_id]
     assert bool(fired) == bool(case["fires"]), f"changes={res.changes} near_misses={res.near_misses}"
     if "detail" in case:
@@ -90,7 +90,7 @@ def test_rule_case(rule_id, case):
                samples=int(case.get("samples", 4)), seed=int(case.get("seed", 0)))
     assert v.ok, v.as_dict()
     after = analyze_model(res.model, profile=profile)
-    if not is_float_model(model):  # (float: every added node is one more SW epoch until quantized, as above;
+    if is_quantized(model):  # (float: every added node is one more SW epoch until quantized, as above;
         # a float model is not all SW either: a SW activation product has HW reshape epochs, matmul_float_OE)
         assert after.estimate.hw_ratio >= before.estimate.hw_ratio - 1e-9, (before.estimate, after.estimate)
     created = [n for n in res.model.graph.node if n.name in res.provenance]

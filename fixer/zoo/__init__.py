@@ -2,7 +2,7 @@
 shards and their merge, and the zoo summary.
 
 Everything here works on *report rows*: the JSON-able dict of one model that ``nafix audit
---format json`` prints (``fixer.report.analysis_dict`` plus ``path``, ``error`` and ``sha256``).
+--format json`` prints (``fixer.report_data.analysis_dict`` plus ``path``, ``error`` and ``sha256``).
 A row is what a worker process returns, what the cache stores, what a shard report holds and what
 every renderer reads, so all formats carry the same facts and nothing heavy crosses a process
 boundary.

@@ -16,12 +16,15 @@ import time
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .. import __version__
 from ..errors import InputError, UsageError
 from .cache import Cache, cache_key, content_sha256, options_fingerprint
 from .worker import error_row, worker_main
+
+if TYPE_CHECKING:
+    from ..results import AuditResult
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +137,7 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
     cache_root = str(cache.root) if cache is not None else None
     # forked workers inherit the resolved profile and the modules the analysis uses: no worker
     # parses the profile YAML again or imports on its first model
-    from .. import report  # noqa: F401
+    from .. import report_data  # noqa: F401
     from . import worker
 
     worker.prime(analysis, profile, pools)
@@ -153,7 +156,7 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
 
 #: what the fork server imports once, before it forks any worker: the modules every analysis needs,
 #: and never onnxruntime (its threads and sessions must not exist in a process that forks)
-_PRELOAD = ["fixer.zoo.worker", "fixer.api", "fixer.report", "fixer.npu.mpool", "fixer.shape_fill", "yaml"]
+_PRELOAD = ["fixer.zoo.worker", "fixer.api", "fixer.report_data", "fixer.npu.mpool", "fixer.shape_fill", "yaml"]
 
 
 def _fork_is_safe(own_process: bool) -> bool:
@@ -382,7 +385,7 @@ def _cancel(slots: list[_Slot]) -> None:
 def build_report(rows: list[dict[str, Any]], *, profile: str, shard: Shard | None = None,
                  nafix_version: str = __version__) -> dict[str, Any]:
     """The JSON report of an audit: header, rows (sorted by path) and the zoo summary."""
-    from ..report import ESTIMATE_NOTE
+    from ..report_data import ESTIMATE_NOTE
     from .summary import zoo_summary
 
     rows = sorted(rows, key=lambda r: r["path"])
@@ -397,3 +400,16 @@ def build_report(rows: list[dict[str, Any]], *, profile: str, shard: Shard | Non
     if shard is not None:
         report["shard"] = {"index": shard.index, "count": shard.count}
     return report
+
+
+def audit_dict(result: AuditResult, *, profile: str) -> dict[str, Any]:
+    """The JSON report of an in-process ``fixer.api.audit`` result (same shape as ``nafix audit``)."""
+    from ..report_data import analysis_dict
+
+    rows = []
+    for m in result.models:
+        if m.analysis is not None:
+            rows.append({"path": str(m.path), "sha256": None, "error": m.error, **analysis_dict(m.analysis)})
+        else:
+            rows.append(error_row(str(m.path), m.error or "error"))
+    return build_report(rows, profile=profile)

@@ -44,7 +44,7 @@ def error_row(path: str, message: str, sha256: str | None = None) -> dict[str, A
 def audit_one(path: str, opts, sha256: str | None = None) -> dict[str, Any]:
     """Audit one model file and return its report row; every failure becomes an error row."""
     from ..api import analyze_path
-    from ..report import analysis_dict
+    from ..report_data import analysis_dict
 
     if sha256 is None:
         from .cache import content_sha256
