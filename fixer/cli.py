@@ -880,15 +880,14 @@ def config_cmd(
 def _read_text_input(path: Path, what: str) -> str:
     """Read a text input file, or raise one InputError sentence (missing, a folder, a FIFO, unreadable)."""
     from .errors import InputError
-    from .model_io import regular_file
+    from .fsutil import decode_text
+    from .model_io import open_input
 
-    from .fsutil import read_text
-
-    regular_file(path, f"{what} file")
-    try:
-        return read_text(path, errors="replace")  # checked again on the open file: a FIFO swapped in never blocks
-    except OSError as exc:
-        raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
+    with open_input(path, f"{what} file") as fh:
+        try:
+            return decode_text(fh.read(), errors="replace")
+        except OSError as exc:
+            raise InputError(f"{path}: cannot be read ({exc.strerror or exc}).") from None
 
 
 def _fix_text(k) -> str:

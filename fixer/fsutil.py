@@ -62,7 +62,11 @@ def read_bytes(path: str | os.PathLike[str]) -> bytes:
 def read_text(path: str | os.PathLike[str], *, encoding: str = "utf-8", errors: str = "strict") -> str:
     """The text of the regular file ``path`` (see :func:`open_regular`); universal newlines as
     ``Path.read_text``."""
-    data = read_bytes(path)
+    return decode_text(read_bytes(path), encoding=encoding, errors=errors)
+
+
+def decode_text(data: bytes, *, encoding: str = "utf-8", errors: str = "strict") -> str:
+    """``data`` as text with universal newlines, as ``Path.read_text`` gives it."""
     text = data.decode(encoding, errors)
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
@@ -75,4 +79,4 @@ def is_regular(path: str | os.PathLike[str]) -> bool:
         return False
 
 
-__all__ = ["NotRegularFileError", "open_regular", "read_bytes", "read_text", "is_regular"]
+__all__ = ["NotRegularFileError", "open_regular", "read_bytes", "read_text", "decode_text", "is_regular"]

@@ -381,40 +381,37 @@ def invalid_model_error(path: str | os.PathLike[str], exc: BaseException) -> Inp
     return None
 
 
-def regular_file(p: Path, what: str, *, missing: str = "no such file") -> os.stat_result:
-    """The stat of ``p`` when it is a regular file, else one InputError sentence naming ``what`` (the
-    file asked for, e.g. "ONNX model file"): missing, a folder, a FIFO/socket/device, unreadable.
-    Every input nafix reads is checked this way before it is opened: a FIFO or a device would block
-    or never end."""
-    import stat
+def open_input(p: Path, what: str, *, missing: str = "no such file", unreadable: str = "cannot be read"):
+    """``p`` opened for binary reading when it is a regular file (:func:`fixer.fsutil.open_regular`:
+    opened without blocking, then checked on the open descriptor, so a FIFO or a device never blocks
+    and nothing can be swapped in between a check and the open), else one InputError sentence naming
+    ``what`` (the file asked for, e.g. "ONNX model file"): missing, a folder, a FIFO/socket/device,
+    unreadable."""
+    from .fsutil import NotRegularFileError, open_regular
 
     try:
-        st = p.stat()
+        return open_regular(p)
     except FileNotFoundError:
         raise InputError(f"{p}: {missing}.") from None
+    except NotRegularFileError as exc:
+        if exc.kind == "a folder":
+            raise InputError(f"{p}: is a folder; give the {what} itself.") from None
+        raise InputError(f"{p}: is not a regular file (a FIFO, socket or device); give the {what} itself.") from None
     except OSError as exc:
-        raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
-    if stat.S_ISDIR(st.st_mode):
-        raise InputError(f"{p}: is a folder; give the {what} itself.")
-    if not stat.S_ISREG(st.st_mode):
-        raise InputError(f"{p}: is not a regular file (a FIFO, socket or device); give the {what} itself.")
-    return st
+        raise InputError(f"{p}: {unreadable} ({exc.strerror or exc}).") from None
 
 
 def read_model_bytes(p: Path) -> bytes:
-    """The bytes of the model file ``p`` (checked with :func:`regular_file` first); every failure is
-    one InputError sentence."""
-    from .fsutil import NotRegularFileError, read_bytes
-
-    st = regular_file(p, "ONNX or TFLite model file")
-    try:
-        return read_bytes(p)  # opened without blocking and checked again: a FIFO swapped in never blocks
-    except NotRegularFileError as exc:
-        raise InputError(f"{p}: {exc.strerror}; give the ONNX or TFLite model file itself.") from None
-    except OSError as exc:
-        raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
-    except MemoryError:
-        raise InputError(f"{p}: the file ({st.st_size} bytes) does not fit in memory.") from None
+    """The bytes of the model file ``p`` (opened with :func:`open_input`); every failure is one
+    InputError sentence."""
+    with open_input(p, "ONNX or TFLite model file") as fh:
+        try:
+            return fh.read()
+        except OSError as exc:
+            raise InputError(f"{p}: cannot be read ({exc.strerror or exc}).") from None
+        except MemoryError:
+            size = os.fstat(fh.fileno()).st_size
+            raise InputError(f"{p}: the file ({size} bytes) does not fit in memory.") from None
 
 
 def _load_external_data(model: onnx.ModelProto, path: Path, scan: _NodeScan | None = None) -> None:
@@ -693,15 +690,8 @@ def read_npz(p: Path, option: str) -> dict[str, np.ndarray]:
 
     import numpy as np
 
-    from .fsutil import NotRegularFileError, open_regular
-
-    regular_file(p, f"{option} .npz file", missing=f"{option} file not found")
-    try:
-        fh = open_regular(p)  # one open, checked on its descriptor: np.load reads this very file
-    except NotRegularFileError as exc:
-        raise InputError(f"{p}: {exc.strerror}; {option} needs an .npz file.") from None
-    except OSError as exc:
-        raise InputError(f"{p}: the {option} file cannot be read ({exc.strerror or exc}).") from None
+    fh = open_input(p, f"{option} .npz file", missing=f"{option} file not found",  # np.load reads this very file
+                    unreadable=f"the {option} file cannot be read")
     with fh:
         return _read_npz_from(fh, p, option)
 
