@@ -167,6 +167,11 @@ th{background:#eee}td.num{text-align:right}.note{color:#666}.err{color:#b00;font
 """
 
 
+def _total_ms(row: dict[str, Any]) -> float | None:
+    ms = [ep.get("ms") for ep in row.get("epochs") or []]
+    return sum(ms) if ms and None not in ms else None
+
+
 def _estimate_cells(e: dict[str, Any]) -> list[str]:
     return [str(e["epochs"]), str(e["sw_epochs"]), str(e.get("hybrid_epochs", 0)), f"{e['hw_ratio']:.1%}",
             _ms(e.get("latency_ms"))]
@@ -202,9 +207,14 @@ def fix_html(fix: dict[str, Any], before_row: dict[str, Any], after_row: dict[st
     for name, e in (("before", before), ("after", after)):
         out.append(f"<tr><th>{name}</th>" + "".join(f"<td class='num'>{c}</td>" for c in _estimate_cells(e)) + "</tr>")
     out.append("</tbody></table>")
-    out.append("<h2>Epochs (estimated)</h2>")
-    for name, row in (("before", before_row), ("after", after_row)):
-        out.append(f"<h3>{name}</h3><div id='strip-{name}'>{epoch_strip(row, label=name + ': ')}</div>{strip_legend(row)}")
+    totals = [_total_ms(before_row), _total_ms(after_row)]
+    common = all(t is not None and t > 0 for t in totals)  # one time axis: the faster strip is shorter
+    out.append("<h2>Epochs (estimated)</h2>"
+               + ("<p class='note'>Both strips on one scale of estimated time.</p>" if common else ""))
+    for (name, row), t in zip((("before", before_row), ("after", after_row)), totals):
+        w = max(120, round(STRIP_WIDTH * t / max(totals))) if common else STRIP_WIDTH
+        out.append(f"<h3>{name}</h3><div id='strip-{name}'>{epoch_strip(row, width=w, label=name + ': ')}</div>"
+                   f"{strip_legend(row)}")
     out.append("<div class='cols'><section><h2>Changes</h2>")
     if fix["changes"]:
         out.append("<table id='changes'><thead><tr><th>rule</th><th>node</th><th>op</th><th>what nafix did</th></tr></thead><tbody>")
@@ -256,3 +266,10 @@ def fix_html(fix: dict[str, Any], before_row: dict[str, Any], after_row: dict[st
         out.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
     out.append("</body></html>")
     return "\n".join(out) + "\n"
+
+
+def fix_page(result) -> str:
+    """:func:`fix_html` of a :class:`fixer.results.FixResult`."""
+    from .report_data import analysis_dict, fix_dict
+
+    return fix_html(fix_dict(result), analysis_dict(result.before), analysis_dict(result.final))
