@@ -139,6 +139,7 @@ class Format(str, Enum):
     github = "github"
     html = "html"
     concise = "concise"
+    model_explorer = "model-explorer"
 
 
 class FailOn(str, Enum):
@@ -267,7 +268,8 @@ OPTION_HELP = ("A stedgeai option that changes placement, with its value in the 
 CORE_HELP = "ST Edge AI Core version X.Y whose placement facts apply (default: the newest in the target profile)."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
 #: File extension of a report written with -o FOLDER/, by --format value.
-_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html", "concise": "txt"}
+_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html", "concise": "txt",
+        "model-explorer": "json"}
 OUTPUT_HELP = ("Write the report to this file instead of stdout (a folder, i.e. an existing one or a path ending "
                "with '/': a default name inside it).")
 FORCE_HELP = "Overwrite an existing output file that nafix did not write (never an input)."
@@ -417,6 +419,14 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
         _emit(escape.json_text(report, indent=2) + "\n", output, force=force, protected=protected)
     elif fmt == Format.markdown:
         _emit(audit_markdown(report), output, force=force, protected=protected)
+    elif fmt == Format.model_explorer:  # Model Explorer's node-data overlay of the one model audited
+        from .model_explorer import audit_overlay
+
+        try:
+            overlay = audit_overlay(report)
+        except NafixError as exc:
+            _fail(exc)
+        _emit(escape.json_text(overlay, indent=1) + "\n", output, force=force, protected=protected)
     elif fmt in (Format.sarif, Format.github, Format.html, Format.concise):
         from .report_ci import concise_text, github_annotations, html_report, sarif_text
 
