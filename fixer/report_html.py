@@ -22,7 +22,7 @@ BLOCKED = "#9a9a9a"  # the HW share of a model that will not build or run
 STRIP_WIDTH = 720
 MIN_EPOCH_PX = 2  # the narrowest epoch drawn, so a short SW island stays visible
 STRIP_CSS = (
-    ".strip{display:block;margin:.3em 0}.strip rect{stroke:#fff;stroke-width:.5}"
+    ".strip{display:block;margin:.3em 0}"
     ".legend span{display:inline-block;width:.9em;height:.9em;margin:0 .3em 0 1em;vertical-align:middle}"
     ".badge{display:inline-block;padding:1px 7px;border-radius:9px;font-size:12px;font-weight:bold;white-space:nowrap}"
     ".badge.ok{background:#e3f3e8;color:#1c6b3b}.badge.compile_error,.badge.hang{background:#d6483b;color:#fff}"
@@ -161,8 +161,9 @@ def strip_legend(row: dict[str, Any] | None = None) -> str:
 _FIX_CSS = """
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;max-width:1100px}
 table{border-collapse:collapse;margin:.6em 0}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
-th{background:#eee}td.num{text-align:right}.note{color:#666}.err{color:#b00;font-weight:bold}.good{color:#1c6b3b;font-weight:bold}
-.cols{display:flex;gap:2em;flex-wrap:wrap}.cols>section{flex:1 1 420px}h2{margin-top:1.2em}
+th{background:#eee}td code{overflow-wrap:anywhere}td.num{text-align:right}.note{color:#666}.err{color:#b00;font-weight:bold}.good{color:#1c6b3b;font-weight:bold}
+.cols{display:flex;gap:2em;flex-wrap:wrap}.cols>section{flex:1 1 420px;min-width:0}
+.cols table{table-layout:fixed;width:100%}.cols td{overflow-wrap:anywhere}h2{margin-top:1.2em}
 .verdict{padding:.5em .8em;border-radius:6px;display:inline-block}.verdict.ok{background:#e3f3e8}.verdict.bad{background:#fbe3e0}
 """
 
@@ -217,7 +218,8 @@ def fix_html(fix: dict[str, Any], before_row: dict[str, Any], after_row: dict[st
                    f"{strip_legend(row)}")
     out.append("<div class='cols'><section><h2>Changes</h2>")
     if fix["changes"]:
-        out.append("<table id='changes'><thead><tr><th>rule</th><th>node</th><th>op</th><th>what nafix did</th></tr></thead><tbody>")
+        out.append("<table id='changes'><thead><tr><th style='width:4.5em'>rule</th><th style='width:22%'>node</th>"
+                   "<th style='width:8em'>op</th><th>what nafix did</th></tr></thead><tbody>")
         for c in fix["changes"]:
             out.append(f"<tr><td>{esc(c['rule'])}</td><td><code>{esc(c['node'])}</code></td><td>{esc(c['op_type'])}</td>"
                        f"<td>{esc(c['detail'])}</td></tr>")
@@ -237,8 +239,8 @@ def fix_html(fix: dict[str, Any], before_row: dict[str, Any], after_row: dict[st
     elif v.get("detail"):
         out.append(f"<p class='note'>{esc(v['detail'])}</p>")
     if v.get("outputs"):
-        out.append("<table id='outputs'><thead><tr><th>output</th><th>ok</th><th>cosine</th><th>max abs error</th>"
-                   "<th>detail</th></tr></thead><tbody>")
+        out.append("<table id='outputs'><thead><tr><th style='width:25%'>output</th><th style='width:3em'>ok</th>"
+                   "<th style='width:4.5em'>cosine</th><th style='width:5em'>max abs error</th><th>detail</th></tr></thead><tbody>")
         for o in v["outputs"]:
             cos = o.get("cosine")
             mae = o.get("max_abs_error")
