@@ -162,7 +162,7 @@ _FIX_CSS = """
 body{font:14px system-ui,sans-serif;margin:1.5em;color:#222;max-width:1100px}
 table{border-collapse:collapse;margin:.6em 0}th,td{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}
 th{background:#eee}td code{overflow-wrap:anywhere}td.num{text-align:right}.note{color:#666}.err{color:#b00;font-weight:bold}.good{color:#1c6b3b;font-weight:bold}
-.cols{display:flex;gap:2em;flex-wrap:wrap}.cols>section{flex:1 1 420px;min-width:0}
+.cols{display:flex;gap:2em;flex-wrap:wrap}.cols>section{flex:1 1 420px;min-width:0}.cols>section:first-child{flex-grow:1.4}
 .cols table{table-layout:fixed;width:100%}.cols td{overflow-wrap:anywhere}h2{margin-top:1.2em}
 .verdict{padding:.5em .8em;border-radius:6px;display:inline-block}.verdict.ok{background:#e3f3e8}.verdict.bad{background:#fbe3e0}
 """
@@ -219,7 +219,7 @@ def fix_html(fix: dict[str, Any], before_row: dict[str, Any], after_row: dict[st
     out.append("<div class='cols'><section><h2>Changes</h2>")
     if fix["changes"]:
         out.append("<table id='changes'><thead><tr><th style='width:4.5em'>rule</th><th style='width:22%'>node</th>"
-                   "<th style='width:8em'>op</th><th>what nafix did</th></tr></thead><tbody>")
+                   "<th style='width:6.5em'>op</th><th>what nafix did</th></tr></thead><tbody>")
         for c in fix["changes"]:
             out.append(f"<tr><td>{esc(c['rule'])}</td><td><code>{esc(c['node'])}</code></td><td>{esc(c['op_type'])}</td>"
                        f"<td>{esc(c['detail'])}</td></tr>")

@@ -416,3 +416,13 @@ def test_audit_html_in_headless_chromium_draws_a_strip_per_model_and_the_status(
     assert "compile error (predicted)" in dom
     img = screenshot(page, tmp_path / "audit.png", tmp_path, "1400,700")
     assert _count(img, COLOURS["SW"]) > 100 and _count(img, COLOURS["HW"]) > 100 and _count(img, BLOCKED) > 50
+
+
+def test_a_merged_report_with_a_hostile_epoch_time_is_refused_by_the_schema():
+    from fixer.json_schema import EPOCH, problem
+
+    assert problem({"index": 1, "unit": "SW", "nodes": ["a"], "ms": 0.5}, EPOCH) is None
+    assert problem({"index": 1, "unit": "SW", "nodes": ["a"], "ms": "<b>"}, EPOCH) is not None
+    # an unknown unit is drawn as SW (never a class or colour taken from the report)
+    (rects,) = _strips(epoch_strip(_row([_ep(1, "x' onmouseover='alert(1)", ["a"], 1.0)])))
+    assert rects[0]["data-unit"] == "SW" and rects[0]["fill"] == COLOURS["SW"]
