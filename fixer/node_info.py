@@ -46,7 +46,7 @@ def node_infos(row: dict[str, Any]) -> dict[str, NodeInfo]:
     for ep in row.get("epochs") or []:
         names = list(dict.fromkeys(ep.get("nodes") or []))
         for name in names:
-            units.setdefault(name, []).append(ep["unit"])
+            units.setdefault(name, []).append(ep["unit"] if ep["unit"] in _RANK else SW)  # (a unit nafix does not know: SW)
             epochs.setdefault(name, []).append(ep["index"])
         if ep.get("ms") is None:
             timed = False
