@@ -14,8 +14,7 @@ HW, SW, HYBRID = "HW", "SW", "hybrid"
 #: Worst first: a node that makes a SW epoch and a HW one is shown as SW.
 _RANK = {SW: 0, HYBRID: 1, HW: 2}
 #: The text of a node that makes no epoch of its own.
-FOLDED_REASON = ("estimated to make no epoch of its own (folded by the compiler, or merged into a neighbouring "
-                 "epoch: constants, quantization parameters, data movement)")
+FOLDED_REASON = "estimated to make no epoch of its own (folded, or merged into a neighbouring epoch)"
 PLACEMENT_KEY = "nafix.placement"
 REASON_KEY = "nafix.reason"
 
