@@ -159,6 +159,7 @@ class FixOptions:
     compile: "CompileOptions | None" = None  # measure before/after with the real stedgeai
     quantize: bool = False  # re-quantize with onnxruntime (float in, NPU-ready int8 out)
     calib: CalibrationOptions | None = None  # where calibration data comes from (None: random)
+    annotate: bool = True  # nafix.placement / nafix.reason in each written node's metadata_props (Netron)
 
 
 def default_outputs(model_path: Path, output: str | None) -> tuple[Path, Path, Path]:
@@ -335,6 +336,8 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         del model.metadata_props[:]
         for k, v in meta.items():
             model.metadata_props.add(key=k, value=v)
+        if opts.annotate:  # after the gate: metadata only, for the written model (Netron shows it)
+            _annotate(model, after)
         save_model(model, out, protect=_fix_inputs(opts, src), force=opts.force)
         written = True
     result = FixResult(
@@ -393,6 +396,17 @@ def _worse_than_input(src: Path, before: ModelAnalysis, after: ModelAnalysis | N
     else:
         sentence += ", nothing written" + ("" if opts.dry_run else " (--keep-failed writes it anyway)")
     return sentence + ".", what
+
+
+def _annotate(model, analysis: ModelAnalysis) -> None:
+    """Each node's estimated placement and its reason into its ``metadata_props``
+    (:func:`fixer.node_info.annotate_model`), from the analysis of this very model."""
+    from .graph import GraphView
+    from .node_info import annotate_model, view_node_names
+    from .report_data import analysis_dict
+
+    view = analysis.view if analysis.view is not None and analysis.view.graph is not None else GraphView(model)
+    annotate_model(model, analysis_dict(analysis), view_node_names(view))
 
 
 def _engine_placed(engine) -> tuple | None:

@@ -139,6 +139,7 @@ class Format(str, Enum):
     github = "github"
     html = "html"
     concise = "concise"
+    model_explorer = "model-explorer"
 
 
 class FailOn(str, Enum):
@@ -267,7 +268,8 @@ OPTION_HELP = ("A stedgeai option that changes placement, with its value in the 
 CORE_HELP = "ST Edge AI Core version X.Y whose placement facts apply (default: the newest in the target profile)."
 SHAPE_HELP = "Pin a dynamic input: NAME=1,3,224,224 (repeatable)."
 #: File extension of a report written with -o FOLDER/, by --format value.
-_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html", "concise": "txt"}
+_EXT = {"table": "txt", "json": "json", "markdown": "md", "sarif": "sarif", "github": "txt", "html": "html", "concise": "txt",
+        "model-explorer": "json"}
 OUTPUT_HELP = ("Write the report to this file instead of stdout (a folder, i.e. an existing one or a path ending "
                "with '/': a default name inside it).")
 FORCE_HELP = "Overwrite an existing output file that nafix did not write (never an input)."
@@ -417,6 +419,14 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
         _emit(escape.json_text(report, indent=2) + "\n", output, force=force, protected=protected)
     elif fmt == Format.markdown:
         _emit(audit_markdown(report), output, force=force, protected=protected)
+    elif fmt == Format.model_explorer:  # Model Explorer's node-data overlay of the one model audited
+        from .model_explorer import audit_overlay
+
+        try:
+            overlay = audit_overlay(report)
+        except NafixError as exc:
+            _fail(exc)
+        _emit(escape.json_text(overlay, indent=1) + "\n", output, force=force, protected=protected)
     elif fmt in (Format.sarif, Format.github, Format.html, Format.concise):
         from .report_ci import concise_text, github_annotations, html_report, sarif_text
 
@@ -514,6 +524,8 @@ def fix_cmd(
     calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
     timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds each stage that runs onnxruntime or the TFLite interpreter (loading and shape inference, rewriting, each calibration sample, verification) may take before the fix is stopped, as audit's per-model limit (0 or inf: no limit; stedgeai has --compile-timeout)."),
+    html: Optional[str] = typer.Option(None, "--html", help="Also write a self-contained HTML report: the estimated epochs before and after as colour strips, the changes and the verification (written with --dry-run too).", rich_help_panel="Reports"),
+    annotate: bool = typer.Option(True, "--annotate/--no-annotate", help="Put each node's estimated placement and its reason into the written model's node metadata (nafix.placement, nafix.reason: Netron shows them).", rich_help_panel="Reports"),
 ):
     """Rewrite NPU-unfriendly patterns, prove the result computes the same, write MODEL.nafix.onnx."""
     from .deadline import run_bounded
@@ -523,7 +535,8 @@ def fix_cmd(
             _fix_work(model, output, dry_run, select, extend_select, ignore, rules, input_type, inputs, keep_failed,
                       force, fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_,
                       stedgeai, profile, compile_timeout, workdir, quantize, calib, calib_size, calib_layout,
-                      calib_scale, calib_mean, calib_std, calib_order, calib_samples, calib_method, core, max_ms)
+                      calib_scale, calib_mean, calib_std, calib_order, calib_samples, calib_method, core, max_ms,
+                      html=html, annotate=annotate)
         except typer.Exit as exc:  # the exit code goes back as a value (click's Exit does not pickle it)
             return exc.exit_code
         return 0
@@ -539,7 +552,7 @@ def fix_cmd(
 def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, input_type, inputs, keep_failed, force,
               fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_, stedgeai, profile,
               compile_timeout, workdir, quantize, calib, calib_size, calib_layout, calib_scale, calib_mean, calib_std,
-              calib_order, calib_samples, calib_method, core, max_ms=None) -> None:
+              calib_order, calib_samples, calib_method, core, max_ms=None, html=None, annotate=True) -> None:
     """``nafix fix``'s work and output (exits with typer.Exit like a command)."""
     model = Path(model)
     from .api import FixOptions, fix
@@ -560,7 +573,9 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
             compile=copts, quantize=quantize,
             calib=_calib_options(calib, calib_size, calib_layout, calib_scale, calib_mean, calib_std, calib_order,
                                  calib_samples, calib_method, seed) if quantize else None,
+            annotate=annotate,
         )
+        html_target = _fix_html_target(html, model, output, force, [inputs, calib])
         if calib and not quantize:
             from .errors import UsageError
 
@@ -577,6 +592,10 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
     else:
         for r in fix_renderables(result, verbose=verbose):
             out.print(r)
+    if html_target is not None:
+        from .report_html import fix_page
+
+        _emit(fix_page(result), html_target, force=force, protected=[model, *(Path(p) for p in (inputs, calib) if p)])
     if result.compiled is None and fmt == OutFormat.table:
         _mention_stedgeai(stedgeai)
     if not result.verified:
@@ -602,6 +621,20 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
         _error(budget)
         raise typer.Exit(1)
 
+
+
+def _fix_html_target(html: Optional[str], model: Path, output: Optional[str], force: bool, inputs) -> Optional[Path]:
+    """Where --html writes (a folder gets MODEL.nafix.html), checked before any work: never an
+    input, nor the model, JSON report or header the fix writes."""
+    if html is None:
+        return None
+    from .api import default_outputs
+
+    protected = [model, *(Path(p) for p in inputs if p)]
+    target = _output_target(html, model.stem + ".nafix.html", force=force, protected=protected)
+    names = ("the fixed model (-o)", "the JSON report", "the C header")
+    _distinct_outputs(*zip(names, default_outputs(model, output)), ("--html", target))
+    return target
 
 
 def _invalid_model_or_raise(model: Path, exc: Exception) -> None:

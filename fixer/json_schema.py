@@ -515,7 +515,7 @@ SW_NODE = Obj(
 )
 NOTE = Obj({"name": NAME, "op_type": NAME, "note": TEXT, **REASON}, {"severity": TEXT})
 FINDING = Obj({**REASON, "severity": TEXT})
-EPOCH = Obj({"index": COUNT, "unit": TEXT, "nodes": ListOf(NAME)}, {"reported_as": TEXT})
+EPOCH = Obj({"index": COUNT, "unit": TEXT, "nodes": ListOf(NAME)}, {"reported_as": TEXT, "ms": Opt(Num(0.0))})
 
 #: A model that was analysed: ``fixer.report_data.analysis_dict`` plus path, sha256 and error.
 ANALYSED_ROW = Obj(

@@ -10,6 +10,7 @@ from urllib.parse import quote
 
 from . import __version__, escape
 from .report import ESTIMATE_NOTE, _sw_summary, kib, ms_text, summary_lines
+from .report_html import STRIP_CSS, epoch_strip, row_status, status_badge, status_sort_key, strip_legend
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 ERROR_RULE = "nafix-error"
@@ -288,40 +289,41 @@ _JS = """
 
 def html_report(report: dict[str, Any]) -> str:
     """One self-contained HTML page (inline CSS and JS, no network): a sortable table of models
-    with a bar of estimated HW vs SW epochs, the memory fit, a histogram of SW op types over the
+    with its predicted compile/hang status and its epoch strip (:mod:`fixer.report_html`), the memory fit, a histogram of SW op types over the
     zoo, the zoo summary, and per model its SW nodes with their reasons. ``#sort=KEY[-desc]`` in
-    the URL sorts the table on load (keys: model, epochs, sw_epochs, hw_ratio, ms, peak, fits)."""
+    the URL sorts the table on load (keys: model, status, epochs, sw_epochs, hw_ratio, ms, peak, fits)."""
     esc = escape.html
     rows = report["models"]
     from .outputs import text_mark
 
     out = ["<!DOCTYPE html>", f"<!-- {esc(text_mark(report.get('nafix_version')))} -->", "<html lang='en'><head><meta charset='utf-8'>",
-           f"<title>nafix audit - profile {esc(report['profile'])}</title><style>{_CSS}</style></head><body>",
+           f"<title>nafix audit - profile {esc(report['profile'])}</title><style>{_CSS}{STRIP_CSS}</style></head><body>",
            f"<h1>nafix audit - profile {esc(report['profile'])}</h1>",
            f"<p class='note'>{esc(report.get('note', ESTIMATE_NOTE))} nafix {esc(str(report.get('nafix_version', '')))}.</p>"]
-    cols = (("model", "model"), ("epochs", "est. epochs"), ("sw_epochs", "est. SW epochs"), ("hw_ratio", "est. HW ratio"),
-            ("ms", "est. ms"), ("bar", "HW vs SW epochs"), ("sw_ops", "SW ops"), ("peak", "peak activations"), ("fits", "fits on-chip"))
+    cols = (("model", "model"), ("status", "status"), ("epochs", "est. epochs"), ("sw_epochs", "est. SW epochs"), ("hw_ratio", "est. HW ratio"),
+            ("ms", "est. ms"), ("bar", "epochs (estimated time)"), ("sw_ops", "SW ops"), ("peak", "peak activations"), ("fits", "fits on-chip"))
     out.append("<table id='models'><thead><tr>" + "".join(f"<th data-key='{k}'>{esc(t)}</th>" for k, t in cols)
                + "</tr></thead><tbody>")
     for i, row in enumerate(rows):
         name = esc(row["path"])
         if not _ok(row):
-            out.append(f"<tr class='error'><td data-sort='{name}'>{name}</td><td data-sort='-1'>-</td><td data-sort='-1'>-</td>"
+            out.append(f"<tr class='error'><td data-sort='{name}'>{name}</td><td data-sort='-1'>not analysed</td>"
+                       "<td data-sort='-1'>-</td><td data-sort='-1'>-</td>"
                        f"<td data-sort='-1'>-</td><td data-sort='-1'>-</td><td></td><td class='err'>{esc(row.get('error') or 'error')}</td>"
                        "<td data-sort='-1'>-</td><td data-sort='-1'>-</td></tr>")
             continue
         e, mem = row["estimate"], row["memory"]
-        total = max(1, e["epochs"])
-        hw_w, sw_w = 100 * (e["epochs"] - e["sw_epochs"]) / total, 100 * e["sw_epochs"] / total
+        blocked = bool(row_status(row))  # a model that will not build or run shows no green HW share
+        ratio = f"<span class='blocked'>{e['hw_ratio']:.1%}</span>" if blocked else f"{e['hw_ratio']:.1%}"
         ops = _sw_summary(row)
         fits = "yes" if mem["fits_on_chip"] else "<span class='no'>no</span>"
         out.append(
-            f"<tr><td data-sort='{name}'><a href='#m{i}'>{name}</a></td><td class='num'>{e['epochs']}</td>"
-            f"<td class='num'>{e['sw_epochs']}</td><td class='num' data-sort='{e['hw_ratio']}'>{e['hw_ratio']:.1%}</td>"
+            f"<tr><td data-sort='{name}'><a href='#m{i}'>{name}</a></td>"
+            f"<td data-sort='{status_sort_key(row)}'>{status_badge(row)}</td><td class='num'>{e['epochs']}</td>"
+            f"<td class='num'>{e['sw_epochs']}</td><td class='num' data-sort='{e['hw_ratio']}'>{ratio}</td>"
             f"<td class='num' data-sort='{e.get('latency_ms') if e.get('latency_ms') is not None else -1}'>"
             f"{ms_text(e.get('latency_ms'))}</td>"
-            f"<td data-sort='{e['hw_ratio']}'><div class='bar' title='{e['epochs'] - e['sw_epochs']} HW, {e['sw_epochs']} SW (estimated)'>"
-            f"<div class='hw' style='width:{hw_w:.1f}%'></div><div class='sw' style='width:{sw_w:.1f}%'></div></div></td>"
+            f"<td data-sort='{e['hw_ratio']}'>{epoch_strip(row, width=240, height=12, blocked=blocked)}</td>"
             f"<td>{esc(ops)}</td><td class='num' data-sort='{mem['peak_activation_bytes'] or 0}'>{kib(mem['peak_activation_bytes'])}</td>"
             f"<td data-sort='{int(mem['fits_on_chip'])}'>{fits}</td></tr>")
     out.append("</tbody></table>")
@@ -347,6 +349,7 @@ def html_report(report: dict[str, Any]) -> str:
             out.append(f"<p class='err'>{esc(row.get('error') or 'error')}</p></details>")
             continue
         mem = row["memory"]
+        out.append(f"<p>{status_badge(row)}</p>{epoch_strip(row, blocked=bool(row_status(row)))}{strip_legend(row)}")
         out.append(f"<p>memory (estimated): weights {kib(mem['weights_bytes'])}, peak activations "
                    f"{kib(mem['peak_activation_bytes'])} at <code>{esc(str(mem['peak_at']))}</code>, on-chip capacity "
                    f"{kib(mem['onchip_activation_capacity_bytes'])}: {'fits' if mem['fits_on_chip'] else 'does NOT fit'}.</p>")

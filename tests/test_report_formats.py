@@ -148,11 +148,17 @@ def test_html_is_self_contained_and_carries_the_facts(reports):
     assert [r[0] for r in p.rows] == [m["path"] for m in data["models"]]
     for r, m in zip(p.rows, data["models"]):
         if m["error"]:
-            assert m["error"] in r[6]
+            assert m["error"] in r[7]
         else:
-            assert r[1:4] == [str(m["estimate"]["epochs"]), str(m["estimate"]["sw_epochs"]), f"{m['estimate']['hw_ratio']:.1%}"]
-            assert r[4] == ms_text(m["estimate"]["latency_ms"]) != "-"  # the estimated time column
-            assert r[8] == ("yes" if m["memory"]["fits_on_chip"] else "no")
+            assert r[2:5] == [str(m["estimate"]["epochs"]), str(m["estimate"]["sw_epochs"]), f"{m['estimate']['hw_ratio']:.1%}"]
+            assert r[5] == ms_text(m["estimate"]["latency_ms"]) != "-"  # the estimated time column
+            assert r[9] == ("yes" if m["memory"]["fits_on_chip"] else "no")
+            # the status column: each predicted compile error / board hang, else nothing predicted
+            sev = {f["severity"] for f in m["findings"]}
+            if not sev & {"compile_error", "hang"}:
+                assert r[1] == "no error predicted"
+            for s, label in (("compile_error", "compile error"), ("hang", "board hang")):
+                assert (label in r[1]) == (s in sev), (m["path"], r[1])
     for m in data["models"]:
         for n in m["sw_nodes"]:
             assert f"<code>{n['name']}</code>" in page
