@@ -92,15 +92,16 @@ def large_moves(checks: Sequence[OutputCheck], values: Mapping[str, list]) -> li
         if dev.cosine >= LARGE_MOVE_COSINE and (argmax is None or argmax <= LARGE_MOVE_ARGMAX):
             continue
         why = "accepted against the noise floor" if c.noise_floor is not None else "accepted by its contract"
-        out.append(f"'{c.name}' cosine {dev.cosine:.4f}"
-                   + (f", argmax changed on {argmax:.1%}" if argmax is not None else "") + f" ({why})")
+        out.append(f"'{c.name}' (cosine {dev.cosine:.4f}"
+                   + (f", argmax changed on {argmax:.1%}" if argmax is not None else "") + f"; {why})")
     return out
 
 
 def caution_text(moves: Sequence[str], samples: int) -> str:
     """The one sentence said when a verdict on random inputs accepted outputs that moved a lot."""
-    return (f"the verdict rests on {samples} seeded random input set(s), and {'; '.join(moves)} moved a lot; "
-            f"random data may not exercise the model as real inputs do: check with real ones (--inputs FILE.npz)")
+    return (f"this verdict rests on {samples} seeded random input set(s), on which {', '.join(moves)} moved a "
+            f"lot: random data may not exercise the model as real inputs do; check with real inputs (--inputs "
+            f"FILE.npz)")
 
 
 @_sharing_segment_workers
