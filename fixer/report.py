@@ -535,7 +535,8 @@ def rule_markdown(rules: Sequence[Rule]) -> str:
         lines.append("**Fixes:**")
         for f in r.fixes:
             c = REGISTRY.get(f)
-            lines.append(f"- {escape.markdown_code(f)}" + (f": {c.requirement(values)} [{c.tag}]" if c is not None else ""))
+            lines.append(f"- {escape.markdown_code(f)}"
+                         + (f": {escape.markdown_prose(c.requirement(values))} [{c.tag}]" if c is not None else ""))
         lines += ["", f"**Matches** {', '.join(escape.markdown_code(o) for o in r.ops)} when:"]
         for i, c in enumerate(r.when):
             p = PREDICATES[c.predicate]
