@@ -487,9 +487,12 @@ def fix_renderables(result, *, verbose: bool = False):
     elif result.engine.changes and v is not None and not v.ok:
         out.append(_t("nothing written: verification failed (use --keep-failed to write anyway)", style="bold red"))
     elif dry:
+        # "would write" only where the run would: verified, not estimated worse, accurate enough
+        would = (result.changed and result.verified and getattr(result, "regression", None) is None
+                 and getattr(result, "accuracy_failure", None) is None)
         out.append(_t("dry run: nothing written" + (" (without --dry-run nafix would write the fixed model, its "
                                                     "JSON report" + (" and C header" if result.engine.io_changes else "")
-                                                    + ")" if result.changed else ""), style="bold"))
+                                                    + ")" if would else ""), style="bold"))
     if getattr(result, "compiled", None) is not None:
         out.extend(comparison_renderables(result.compiled))
     out.append(_t(ESTIMATE_NOTE, style="dim"))

@@ -175,6 +175,7 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
         "input": str(result.input),
         "output": str(result.output) if result.output else None,
         "written": result.written,
+        "dry_run": getattr(result, "dry_run", False),
         "profile": before.profile.name,
         "estimated": True,
         "note": ESTIMATE_NOTE,
@@ -203,6 +204,7 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
            if getattr(result, "source_check", None) else {}),
         **({"stedgeai": result.compiled.as_dict()} if getattr(result, "compiled", None) is not None else {}),
         **({"quantization": result.quantization} if getattr(result, "quantization", None) is not None else {}),
+        **({"accuracy_failure": result.accuracy_failure} if getattr(result, "accuracy_failure", None) else {}),
     }
 
 

@@ -132,6 +132,8 @@ def test_min_cosine_refuses_a_quantized_model_below_it(tmp_path, capsys):
     written = tmp_path / "classifier_softmax_float.nafix.onnx"
     meta = {p.key: p.value for p in onnx.load(str(written)).metadata_props}
     assert meta["nafix.accuracy"].startswith("NO (written with --keep-failed)")
+    report = json.loads((tmp_path / "classifier_softmax_float.nafix.json").read_text())
+    assert "below --min-cosine" in report["accuracy_failure"] and report["written"] is True
     assert "written anyway with --keep-failed" in capsys.readouterr().err
 
 
