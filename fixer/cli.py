@@ -589,7 +589,8 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
         raise typer.Exit(1)
     if result.accuracy_failure is not None:
         _error(result.accuracy_failure + ("; written anyway with --keep-failed and marked nafix.accuracy=NO"
-                                          if result.written else "; nothing written (--keep-failed writes it anyway)"))
+                                          if result.written else "; nothing written" if result.dry_run
+                                          else "; nothing written (--keep-failed writes it anyway)"))
         raise typer.Exit(1)
     if result.regression is not None:  # the never-worse promise over the whole run (fixer.api._worse_than_input)
         _error(result.regression)

@@ -27,8 +27,10 @@ from . import Match, NearMiss, RewriteResult, rewriter
 PARAM_SLOTS = {"Conv": 1, "ConvTranspose": 1, "Gemm": 1, "MatMul": 1, "PRelu": 1}
 #: Opset from which DequantizeLinear takes a per-axis scale.
 PER_AXIS_OPSET = 13
-#: Activations the compiler fuses into the op before it (the quantized output is then theirs).
-_FUSED = ("Relu", "Clip", "LeakyRelu", "PRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh")
+#: Activations the compiler fuses into the op before it (the quantized output is then theirs) that never
+#: widen a difference (1-Lipschitz), so the bound at the op's output holds after them too. (HardSwish's
+#: slope reaches 1.5, a LeakyRelu's or PRelu's may exceed 1: not looked through.)
+_FUSED = ("Relu", "Clip", "Sigmoid", "Tanh")
 
 
 def _q(node) -> str:
@@ -133,8 +135,8 @@ def quantize_constant_params(match: Match, ed) -> RewriteResult:
         raise NearMiss(f"{_q(node)} has no constant parameter to quantize.")
     t = node.inputs[slot]
     w = view.const_value(t)
-    if w is None or np.dtype(w.dtype).kind != "f":
-        raise NearMiss(f"{_q(node)} parameter '{t.name}' is not a stored float constant.")
+    if w is None or np.dtype(w.dtype) != np.float32:
+        raise NearMiss(f"{_q(node)} parameter '{t.name}' is not a stored float32 constant.")
     if not np.all(np.isfinite(w)):
         raise NearMiss(f"{_q(node)} parameter '{t.name}' holds NaN or infinite values.")
     acts = [x for x in node.inputs[:slot] if x.name]
