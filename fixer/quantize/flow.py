@@ -152,7 +152,7 @@ class _RewritesGate:
                                                    for c in pre.changes], "verification": v.as_dict()}
         if not v.ok:
             raise VerificationError(f"{self.name}: the rewrites before quantization failed verification (rules "
-                                    f"{', '.join(pre.rules_applied)}); nothing written.")
+                                    f"{', '.join(pre.rules_applied)}: {v.failure()}); nothing written.")
         return v
 
 
