@@ -81,3 +81,34 @@ def pool_reshape(op: str = "ReduceMean", movement: str = "Reshape", quantized_po
         return m
     exclude = ["reshape"] + ([] if quantized_pool else ["pool"]) + (["fc"] if float_head else [])
     return st_quantize(m, seed=seed, exclude=exclude, op_types=["ReduceMean", "GlobalAveragePool"])
+
+
+def float_gemm_weight(op: str = "Gemm", trans_b: int = 0, seed: int = SEED + 21) -> onnx.ModelProto:
+    """x [1,16] -> Gemm 16->8 -> Relu -> ``op`` (Gemm with ``trans_b``, or MatMul) 8->4 -> out, quantized by
+    onnxruntime (per-channel weights), then the second layer's int8 weight replaced by its dequantized
+    float values: the int8 grid holds them exactly along the output-channel axis onnxruntime chose
+    (axis 0 of a transposed Gemm weight [N, K], axis 1 of [K, N]), and along no other."""
+    g = Net(seed)
+    w1 = g.weight("fc1.weight", (8, 16), 0.3)
+    h = g.node("Gemm", ["x", w1, g.weight("fc1.bias", (8,), 0.05)], name="fc1", transB=1)
+    h = g.node("Relu", [h], name="relu1")
+    if op == "Gemm":
+        shape = (4, 8) if trans_b else (8, 4)
+        g.node("Gemm", [h, g.weight("fc2.weight", shape, 0.3), g.weight("fc2.bias", (4,), 0.05)], name="fc2",
+               outputs=["out"], transB=trans_b)
+    else:
+        g.node("MatMul", [h, g.weight("fc2.weight", (8, 4), 0.3)], name="fc2", outputs=["out"])
+    q = st_quantize(g.model({"x": [1, 16]}, {"out": None}), seed=seed)
+    inits = {t.name: t for t in q.graph.initializer}
+    node = next(n for n in q.graph.node if n.name == "fc2")
+    dq = next(n for n in q.graph.node if n.output[0] == node.input[1])
+    w = numpy_helper.to_array(inits[dq.input[0]]).astype(np.float32)
+    s = numpy_helper.to_array(inits[dq.input[1]]).astype(np.float32)
+    axis = next((a.i for a in dq.attribute if a.name == "axis"), 1)
+    shape = [1, 1]
+    shape[axis] = -1
+    values = (w * s.reshape(shape)).astype(np.float32) if s.size > 1 else (w * s).astype(np.float32)
+    q.graph.initializer.append(numpy_helper.from_array(values, "fc2.weight_float"))
+    node.input[1] = "fc2.weight_float"
+    q.graph.node.remove(dq)
+    return finish(q)
