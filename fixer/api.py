@@ -160,6 +160,9 @@ class FixOptions:
     quantize: bool = False  # re-quantize with onnxruntime (float in, NPU-ready int8 out)
     calib: CalibrationOptions | None = None  # where calibration data comes from (None: random)
     annotate: bool = True  # nafix.placement / nafix.reason in each written node's metadata_props (Netron)
+    #: --quantize fails (exit 1, nothing written unless keep_failed) when an output's cosine against the
+    #: original is below this (fixer.quantize.flow.QUANT_FAIL_COSINE by default; 0 turns it off)
+    min_cosine: float | None = None
 
 
 def default_outputs(model_path: Path, output: str | None) -> tuple[Path, Path, Path]:
@@ -313,10 +316,11 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
                 f"the estimated HW ratio went down ({before.estimate.hw_ratio:.1%} -> {after.estimate.hw_ratio:.1%}); "
                 "this is a nafix bug, please report it")
     regression, worse = _worse_than_input(src, before, after, engine, pre_engine, opts, warnings)
+    accuracy_failure = _accuracy_failure(src, quant_info, opts)
     written = False
     verified = verification is None or verification.ok
     if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed) \
-            and (regression is None or opts.keep_failed):
+            and (regression is None or opts.keep_failed) and (accuracy_failure is None or opts.keep_failed):
         # every file this run will write is checked before the first one is written
         stage("writing the fixed model", timed=False)  # no foreign code: a write is never cut short
         _check_fix_outputs(opts, src, out, report_path, header_path if engine.io_changes else None)
@@ -330,6 +334,8 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         })
         if regression is not None:
             meta["nafix.not_worse"] = f"NO (written with --keep-failed): {worse}"
+        if accuracy_failure is not None:
+            meta["nafix.accuracy"] = f"NO (written with --keep-failed): {accuracy_failure}"
         if quant_info is not None:
             meta["nafix.quantized"] = f"onnxruntime, calibration={quant_info.get('calibration')}"
 
@@ -344,7 +350,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         input=src, output=out if written else None, report_path=None, header_path=None, before=before,
         after=after, engine=engine, verification=verification, written=written,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
-        advice=advice, regression=regression,
+        advice=advice, regression=regression, accuracy_failure=accuracy_failure, dry_run=opts.dry_run,
     )
     if loaded.imported is not None and engine.changes:
         stage("the check against the TFLite interpreter")
@@ -407,6 +413,23 @@ def _annotate(model, analysis: ModelAnalysis) -> None:
 
     view = analysis.view if analysis.view is not None and analysis.view.graph is not None else GraphView(model)
     annotate_model(model, analysis_dict(analysis), view_node_names(view))
+
+
+def _accuracy_failure(src: Path, quant_info: dict | None, opts: FixOptions) -> str | None:
+    """--quantize: a sentence when some output of the quantized model has a cosine against the original
+    below ``opts.min_cosine`` (the model is then not written unless --keep-failed), else None."""
+    from .quantize.flow import QUANT_FAIL_COSINE
+
+    if quant_info is None:
+        return None
+    limit = QUANT_FAIL_COSINE if opts.min_cosine is None else opts.min_cosine
+    low = [o for o in quant_info.get("outputs", []) if o.get("cosine") is not None and o["cosine"] < limit]
+    if not low:
+        return None
+    figures = ", ".join(f"'{o['name']}' {o['cosine']:.4f}" for o in low[:3]) + (", ..." if len(low) > 3 else "")
+    return (f"{src}: the quantized model's output cosine against the original is below --min-cosine {limit:g} "
+            f"({figures}, on {quant_info.get('accuracy_samples') or 'the'} {quant_info.get('calibration', '')} "
+            f"sample(s)); check the calibration data (--calib)")
 
 
 def _engine_placed(engine) -> tuple | None:

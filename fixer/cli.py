@@ -522,6 +522,7 @@ def fix_cmd(
     calib_order: str = typer.Option("rgb", "--calib-channel-order", help="Images: rgb or bgr."),
     calib_samples: int = typer.Option(200, "--calib-samples", help="At most this many calibration samples."),
     calib_method: str = typer.Option("minmax", "--calib-method", help="onnxruntime calibration: minmax, entropy or percentile."),
+    min_cosine: Optional[float] = typer.Option(None, "--min-cosine", min=0.0, max=1.0, help="With --quantize: fail (exit 1, nothing written unless --keep-failed) when an output's cosine against the original model is below this (default 0.9; 0 turns it off)."),
     core: Optional[str] = typer.Option(None, "--core", help=CORE_HELP),
     timeout: float = typer.Option(120.0, "--timeout", callback=_limit_seconds, help="Seconds each stage that runs onnxruntime or the TFLite interpreter (loading and shape inference, rewriting, each calibration sample, verification) may take before the fix is stopped, as audit's per-model limit (0 or inf: no limit; stedgeai has --compile-timeout)."),
     html: Optional[str] = typer.Option(None, "--html", help="Also write a self-contained HTML report: the estimated epochs before and after as colour strips, the changes and the verification (written with --dry-run too).", rich_help_panel="Reports"),
@@ -536,7 +537,7 @@ def fix_cmd(
                       force, fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_,
                       stedgeai, profile, compile_timeout, workdir, quantize, calib, calib_size, calib_layout,
                       calib_scale, calib_mean, calib_std, calib_order, calib_samples, calib_method, core, max_ms,
-                      html=html, annotate=annotate)
+                      min_cosine, html=html, annotate=annotate)
         except typer.Exit as exc:  # the exit code goes back as a value (click's Exit does not pickle it)
             return exc.exit_code
         return 0
@@ -552,7 +553,8 @@ def fix_cmd(
 def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, input_type, inputs, keep_failed, force,
               fail_on, fmt, input_shape, target_profile, stedgeai_option, seed, verbose, compile_, stedgeai, profile,
               compile_timeout, workdir, quantize, calib, calib_size, calib_layout, calib_scale, calib_mean, calib_std,
-              calib_order, calib_samples, calib_method, core, max_ms=None, html=None, annotate=True) -> None:
+              calib_order, calib_samples, calib_method, core, max_ms=None, min_cosine=None, html=None,
+              annotate=True) -> None:
     """``nafix fix``'s work and output (exits with typer.Exit like a command)."""
     model = Path(model)
     from .api import FixOptions, fix
@@ -574,6 +576,7 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
             calib=_calib_options(calib, calib_size, calib_layout, calib_scale, calib_mean, calib_std, calib_order,
                                  calib_samples, calib_method, seed) if quantize else None,
             annotate=annotate,
+            min_cosine=min_cosine,
         )
         html_target = _fix_html_target(html, model, output, force, [inputs, calib])
         if calib and not quantize:
@@ -599,8 +602,14 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
     if result.compiled is None and fmt == OutFormat.table:
         _mention_stedgeai(stedgeai)
     if not result.verified:
-        _error(f"verification failed for rule(s) {', '.join(result.verification.rules)}; "
+        _error(f"verification failed for rule(s) {', '.join(result.verification.rules)} "
+               f"({result.verification.failure()}); "
                "nothing written" + (" (kept with --keep-failed)" if result.written else ""))
+        raise typer.Exit(1)
+    if result.accuracy_failure is not None:
+        _error(result.accuracy_failure + ("; written anyway with --keep-failed and marked nafix.accuracy=NO"
+                                          if result.written else "; nothing written" if result.dry_run
+                                          else "; nothing written (--keep-failed writes it anyway)"))
         raise typer.Exit(1)
     if result.regression is not None:  # the never-worse promise over the whole run (fixer.api._worse_than_input)
         _error(result.regression)

@@ -145,4 +145,17 @@ def consumer_op(node, ctx, ops: list) -> Verdict:
     return Verdict(cons[0].op in list(ops), f"{_q(node)} feeds a {cons[0].op}")
 
 
+@predicate("reshaped_into_quantize")
+def reshaped_into_quantize(node, ctx) -> Verdict:
+    """The node's output reaches QuantizeLinear nodes only, through one or more reshape-only ops
+    (Reshape, Flatten, Squeeze, Unsqueeze) each read by that one path, and is no graph output."""
+    from .rewriters.constants import _reshape_then_quantize
+
+    found = _reshape_then_quantize(ctx.view, node.outputs[0]) if node.outputs else None
+    if found is None:
+        return Verdict(False, f"{_q(node)} output does not reach a QuantizeLinear through reshape-only ops alone")
+    chain, _ = found
+    return Verdict(True, f"{_q(node)} output is quantized only after its {' -> '.join(n.op for n in chain)}")
+
+
 __all__ = ["PREDICATES", "Predicate", "predicate", "QDQ_OPS"]

@@ -299,8 +299,27 @@ def quantization_renderables(q: dict, result):
     worst = q.get("worst_tensors", [])[:3]
     if worst:
         out.append(_t("  lowest SQNR: " + ", ".join(f"{w['tensor']} {w['sqnr_db']:.1f} dB" for w in worst), style="dim"))
-    for p in q.get("problems", []):
-        out.append(_t(f"  problem: {p}", style="yellow"))
+    for text, count in grouped_problems(q.get("problems", [])):
+        out.append(_t(f"  problem: {text}", style="yellow"))
+    return out
+
+
+def grouped_problems(problems) -> list[tuple[str, int]]:
+    """The quantization problems, those that differ only in the names they quote said once with a count
+    ("the weight 'w' of 'conv' (Conv) is quantized per tensor, not per channel (x33: 32 more like it,
+    each in the JSON report)"), in first-seen order: (text, count). The JSON report keeps every one."""
+    import re
+
+    groups: dict[str, list[str]] = {}
+    for p in problems:
+        groups.setdefault(re.sub(r"'[^']*'", "'...'", p), []).append(p)
+    out = []
+    for key, items in groups.items():
+        if len(items) == 1:
+            out.append((items[0], 1))
+        else:
+            out.append((f"{items[0]} (x{len(items)}: {len(items) - 1} more like it, each in the JSON report)",
+                        len(items)))
     return out
 
 
@@ -410,8 +429,10 @@ def fix_renderables(result, *, verbose: bool = False):
     q = getattr(result, "quantization", None)
     if q is not None:
         out.extend(quantization_renderables(q, result))
+    dry = getattr(result, "dry_run", False)
     if result.engine.changes:
-        out.append(_t(f"changes ({len(result.engine.changes)}):", style="bold"))
+        out.append(_t(f"changes nafix would make ({len(result.engine.changes)}; --dry-run):" if dry
+                      else f"changes ({len(result.engine.changes)}):", style="bold"))
         for c in result.engine.changes:
             out.append(_t(f"  {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
     elif q is None:
@@ -420,8 +441,11 @@ def fix_renderables(result, *, verbose: bool = False):
     if v is not None:
         style = "green" if v.ok else "bold red"
         contract_text = v.as_dict()["contract_text"]
-        out.append(_t(f"verification: {'PASSED' if v.ok else 'FAILED'} ({contract_text}; "
-                        f"{v.samples} {v.inputs} input set(s), rules {', '.join(v.rules)})", style=style))
+        where = f"{v.samples} {v.inputs} input set(s), rules {', '.join(v.rules)}"
+        if v.ok:
+            out.append(_t(f"verification: PASSED ({contract_text}; {where})", style=style))
+        else:  # what failed first, then what was required (the contract is not what happened)
+            out.append(_t(f"verification: FAILED: {v.failure()} (required: {contract_text}; {where})", style=style))
         for o in v.boundaries:
             out.append(_t(f"  at {o.name}: {o.detail}, {o.bit_exact_fraction:.1%} bit-exact",
                             style=None if o.ok else "red"))
@@ -429,6 +453,8 @@ def fix_renderables(result, *, verbose: bool = False):
             extra = f", {o.bit_exact_fraction:.1%} bit-exact" if o.bit_exact_fraction < 1 else ""
             out.append(_t(f"  {o.name}: max abs error {o.max_abs_error:.3g}, cosine {o.cosine:.6f}{extra}: {o.detail}",
                             style=None if o.ok else "red"))
+        if getattr(v, "caution", None):
+            out.append(_t(f"caution: {v.caution}", style="bold yellow"))
     for ch in result.engine.io_changes:
         out.append(_t(f"  {ch.kind} '{ch.name}' is now {ch.dtype} (scale {ch.scale}, zero-point {ch.zero_point})"))
     final = result.final
@@ -460,6 +486,13 @@ def fix_renderables(result, *, verbose: bool = False):
         out.append(_t("wrote " + ", ".join(files), style="green"))
     elif result.engine.changes and v is not None and not v.ok:
         out.append(_t("nothing written: verification failed (use --keep-failed to write anyway)", style="bold red"))
+    elif dry:
+        # "would write" only where the run would: verified, not estimated worse, accurate enough
+        would = (result.changed and result.verified and getattr(result, "regression", None) is None
+                 and getattr(result, "accuracy_failure", None) is None)
+        out.append(_t("dry run: nothing written" + (" (without --dry-run nafix would write the fixed model, its "
+                                                    "JSON report" + (" and C header" if result.engine.io_changes else "")
+                                                    + ")" if would else ""), style="bold"))
     if getattr(result, "compiled", None) is not None:
         out.extend(comparison_renderables(result.compiled))
     out.append(_t(ESTIMATE_NOTE, style="dim"))
@@ -505,7 +538,8 @@ def rule_markdown(rules: Sequence[Rule]) -> str:
         lines.append("**Fixes:**")
         for f in r.fixes:
             c = REGISTRY.get(f)
-            lines.append(f"- {escape.markdown_code(f)}" + (f": {c.requirement(values)} [{c.tag}]" if c is not None else ""))
+            lines.append(f"- {escape.markdown_code(f)}"
+                         + (f": {escape.markdown_prose(c.requirement(values))} [{c.tag}]" if c is not None else ""))
         lines += ["", f"**Matches** {', '.join(escape.markdown_code(o) for o in r.ops)} when:"]
         for i, c in enumerate(r.when):
             p = PREDICATES[c.predicate]

@@ -146,6 +146,25 @@ def edge_io(model) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": ins, "outputs": outs}
 
 
+def edge_params(change) -> tuple[float, int]:
+    """(scale, zero-point) of an interface change as the C header writes them (the first of per-axis lists)."""
+    scale = change.scale if not isinstance(change.scale, (list, tuple)) else change.scale[0]
+    zp = change.zero_point if not isinstance(change.zero_point, (list, tuple)) else change.zero_point[0]
+    return float(scale), int(zp)
+
+
+def _with_io_changes(io: dict, changes) -> dict:
+    """``edge_io``'s rows with the scale and zero-point of every edge nafix made integer, as the C header
+    has them: read off the interface changes, not the graph (an int8 output behind a Reshape that NAF004
+    moved onto the int8 data has no QuantizeLinear at the edge to read them from)."""
+    for c in changes:
+        rows = io["inputs"] if c.kind == "input" else io["outputs"]
+        for row in rows:
+            if row["name"] == c.name:
+                row["scale"], row["zero_point"] = edge_params(c)
+    return io
+
+
 def fix_dict(result: FixResult) -> dict[str, Any]:
     before = result.before
     after = result.final
@@ -156,6 +175,7 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
         "input": str(result.input),
         "output": str(result.output) if result.output else None,
         "written": result.written,
+        "dry_run": getattr(result, "dry_run", False),
         "profile": before.profile.name,
         "estimated": True,
         "note": ESTIMATE_NOTE,
@@ -166,7 +186,7 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
                         for n in result.engine.near_misses],
         "verification": v.as_dict() if v is not None else {"ok": True, "outputs": [], "contract": None,
                                                              "detail": "nothing changed, nothing to verify"},
-        "io": edge_io(model),
+        "io": _with_io_changes(edge_io(model), result.engine.io_changes),
         "io_changes": [{"kind": c.kind, "name": c.name, "dtype": c.dtype, "scale": c.scale,
                         "zero_point": c.zero_point, "was": c.was} for c in result.engine.io_changes],
         "remaining_sw_nodes": after.sw_nodes(),
@@ -184,6 +204,7 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
            if getattr(result, "source_check", None) else {}),
         **({"stedgeai": result.compiled.as_dict()} if getattr(result, "compiled", None) is not None else {}),
         **({"quantization": result.quantization} if getattr(result, "quantization", None) is not None else {}),
+        **({"accuracy_failure": result.accuracy_failure} if getattr(result, "accuracy_failure", None) else {}),
     }
 
 
@@ -205,8 +226,7 @@ def fix_header(result, header_path) -> str:
     ]
     for c in result.engine.io_changes:
         base = escape.c_identifier(f"NAFIX_{'IN' if c.kind == 'input' else 'OUT'}_{c.name}", taken=taken)
-        scale = c.scale if not isinstance(c.scale, list) else c.scale[0]
-        zp = c.zero_point if not isinstance(c.zero_point, list) else c.zero_point[0]
+        scale, zp = edge_params(c)
         ctype = escape.c_identifier(f"{c.dtype}_t", upper=False)
         lines += [
             f"/* {escape.c_comment(c.kind)} '{escape.c_comment(c.name)}': {escape.c_comment(c.dtype)} "

@@ -162,6 +162,10 @@ class FixResult:
     #: Why the fixed model was not written (or was, marked, with --keep-failed): its estimate is worse
     #: than the input's (the never-worse promise over the whole run); None when it is not worse.
     regression: str | None = None
+    #: --quantize: why the quantized model's accuracy is refused (an output's cosine against the
+    #: original below --min-cosine), a sentence; None when it is not (or nothing was quantized).
+    accuracy_failure: str | None = None
+    dry_run: bool = False  # nothing was meant to be written (--dry-run)
 
     @property
     def changed(self) -> bool:

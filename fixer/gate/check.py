@@ -40,6 +40,21 @@ class Verification:
     samples: int = 0
     boundaries: list[OutputCheck] = field(default_factory=list)
     propagated: bool = False
+    #: A passed verdict that rests on random inputs while some output moved a lot
+    #: (:func:`large_moves`): one sentence saying so and suggesting --inputs; None otherwise.
+    caution: str | None = None
+
+    def failure(self) -> str | None:
+        """What failed, as a phrase (None when the verdict passed): each output and rewritten node that
+        broke its contract, with the first clause of its detail; at most three, then a count."""
+        if self.ok:
+            return None
+        bad = [(f"output '{o.name}'" if o.name != "<model>" else "the model", o) for o in self.outputs if not o.ok]
+        bad += [(f"rewritten node at {o.name}", o) for o in self.boundaries if not o.ok]
+        parts = [f"{what}: {o.detail.split('; ')[0]}" for what, o in bad[:3]]
+        if len(bad) > 3:
+            parts.append(f"{len(bad) - 3} more")
+        return "; ".join(parts) or "no output was compared"
 
     def as_dict(self) -> dict:
         text = self.contract.describe()
@@ -48,11 +63,45 @@ class Verification:
                     f"through later layers: within the deviation random +-1 LSB rounding noise at the rewritten "
                     f"nodes causes ({NOISE_MEAN_FACTOR:g}x its mean + {NOISE_STD_MARGIN:g} std)")
         return {
-            "ok": self.ok, "contract": self.contract.contract, "contract_text": text,
+            "ok": self.ok, "contract": self.contract.contract, "contract_text": text, "failed": self.failure(),
             "rules": self.rules, "inputs": self.inputs, "samples": self.samples,
             "outputs": [o.as_dict() for o in self.outputs],
             "rewritten_nodes": [o.as_dict() for o in self.boundaries],
+            "caution": self.caution,
         }
+
+
+#: An output whose cosine against the original's is below this moved a lot: 1 - cosine is half the
+#: squared relative error for small errors, so 0.95 means an error of about 30 % of the output's norm
+#: (a rewrite held to 1 LSB changes a healthy output's cosine in the 4th digit or later).
+LARGE_MOVE_COSINE = 0.95
+#: ... or whose argmax (per heatmap channel, or per classifier row) changed on more than this fraction.
+LARGE_MOVE_ARGMAX = 0.10
+
+
+def large_moves(checks: Sequence[OutputCheck], values: Mapping[str, list]) -> list[str]:
+    """The passed outputs that moved a lot (cosine below LARGE_MOVE_COSINE, or argmax changed on more
+    than LARGE_MOVE_ARGMAX), each as a phrase with its figures and why it was accepted.
+    ``values``: output name -> [(original, fixed)] per input set."""
+    out = []
+    for c in checks:
+        if not c.ok or c.max_abs_error == 0.0 or c.name not in values:
+            continue
+        dev = output_deviation([r for r, _ in values[c.name]], [g for _, g in values[c.name]], None)
+        argmax = dev.argmax_changed
+        if dev.cosine >= LARGE_MOVE_COSINE and (argmax is None or argmax <= LARGE_MOVE_ARGMAX):
+            continue
+        why = "accepted against the noise floor" if c.noise_floor is not None else "accepted by its contract"
+        out.append(f"'{c.name}' (cosine {dev.cosine:.4f}"
+                   + (f", argmax changed on {argmax:.1%}" if argmax is not None else "") + f"; {why})")
+    return out
+
+
+def caution_text(moves: Sequence[str], samples: int) -> str:
+    """The one sentence said when a verdict on random inputs accepted outputs that moved a lot."""
+    return (f"this verdict rests on {samples} seeded random input set(s), on which {', '.join(moves)} moved a "
+            f"lot: random data may not exercise the model as real inputs do; check with real inputs (--inputs "
+            f"FILE.npz)")
 
 
 @_sharing_segment_workers
@@ -437,4 +486,8 @@ class Gate:
                 checks[i] = OutputCheck(n, ok, old.max_abs_error, old.cosine, old.snr_db, old.bit_exact_fraction,
                                         old.within_one_lsb_fraction, detail, nf)
         ok = all(c.ok for c in checks) and all(c.ok for c in bchecks)
-        return Verification(ok, contract, list(self.rules), checks, self.src, len(feeds), bchecks, propagated)
+        caution = None
+        if ok and self.src == "random":
+            moves = large_moves(checks, acc)
+            caution = caution_text(moves, len(feeds)) if moves else None
+        return Verification(ok, contract, list(self.rules), checks, self.src, len(feeds), bchecks, propagated, caution)

@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 QUANTIZE_PREP_RULES = ("NAF016", "NAF017")
 #: Below this output cosine (quantized vs float) the report warns: the calibration may be poor.
 QUANT_MIN_COSINE = 0.99
+#: Below this output cosine the quantized model is refused (--min-cosine's default): 1 - cosine is
+#: about half the squared relative error, so 0.9 is an error of about 45 % of the output's norm, far
+#: beyond int8 rounding (the report already warns below QUANT_MIN_COSINE, and MobileFaceNet's float
+#: islands quantized came out at 1.0): such an output points at the calibration (wrong preprocessing,
+#: random data for a model that needs real inputs), and the model is not worth writing.
+QUANT_FAIL_COSINE = 0.9
 
 
 def quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfile, warnings: list[str],
@@ -146,7 +152,7 @@ class _RewritesGate:
                                                    for c in pre.changes], "verification": v.as_dict()}
         if not v.ok:
             raise VerificationError(f"{self.name}: the rewrites before quantization failed verification (rules "
-                                    f"{', '.join(pre.rules_applied)}); nothing written.")
+                                    f"{', '.join(pre.rules_applied)}: {v.failure()}); nothing written.")
         return v
 
 

@@ -24,7 +24,7 @@ from ..graph import Editor, GraphView
 from ..npu.placement import Placement
 from ..npu.profile import TargetProfile
 
-FAMILIES = ("channels", "resize", "qdq", "ops", "requant", "recurrent", "uint8", "dilation")
+FAMILIES = ("channels", "resize", "qdq", "ops", "requant", "recurrent", "uint8", "dilation", "constants")
 
 
 class NearMiss(Exception):
