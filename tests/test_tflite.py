@@ -25,7 +25,7 @@ from tests.test_cli_audit import run
 
 DATA = Path(__file__).resolve().parent / "data" / "tflite"
 GOOD = ["movenet_like.tflite", "int8_cnn.tflite", "int8_misc.tflite", "int8_more.tflite", "int8_layout.tflite",
-        "uint8_model.tflite"]
+        "uint8_model.tflite", "int8_transformer.tflite", "int8_ops.tflite"]
 PAIRS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "pairs"
 PAIR_MODELS = sorted(PAIRS.glob("*/*.tflite")) + sorted(PAIRS.glob("*/models/*.tflite")) if PAIRS.is_dir() else []
 
@@ -304,7 +304,7 @@ BAD = {
     "custom_op.tflite": "custom op 'MyCustomOp'",
     "flex_op.tflite": "flex (TensorFlow) op 'FlexAddV2'",
     "float16.tflite": "float16",
-    "unsupported_op.tflite": "COS not supported",
+    "unsupported_op.tflite": "UNIQUE not supported",
     "hybrid.tflite": "dynamic-range (hybrid) quantized models are not supported",
 }
 

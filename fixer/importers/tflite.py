@@ -653,9 +653,10 @@ def _layout_tag(nchw: bool) -> str:
     return "NHWC->NCHW" if nchw else "NCHW->NHWC"
 
 
-_BOOL_OPTIONS = ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims")
+_BOOL_OPTIONS = ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims", "AdjX", "AdjY", "Approximate",
+                 "Exclusive", "Reverse")
 _NUMBER_OPTIONS = ("Axis", "Beta", "Alpha", "BlockSize", "StrideH", "StrideW", "DilationHFactor",
-                   "DilationWFactor", "FilterHeight", "FilterWidth", "DepthMultiplier", "NumSplits")
+                   "DilationWFactor", "FilterHeight", "FilterWidth", "DepthMultiplier", "NumSplits", "Num", "Mode")
 
 
 def _describe_options(opts) -> dict:
@@ -1276,6 +1277,12 @@ _HANDLERS = {
     "SPACE_TO_DEPTH": _d2s("SpaceToDepth"), "GATHER": _gather, "ARG_MAX": _arg("ArgMax"),
     "ARG_MIN": _arg("ArgMin"),
 }
+
+# The transformer, element-wise, comparison and data-movement operators (fixer/importers/tflite_ops.py).
+from .tflite_ops import HANDLERS as _MORE_HANDLERS, OPTIONS as _MORE_OPTIONS  # noqa: E402
+
+_HANDLERS.update(_MORE_HANDLERS)
+_OPTIONS.update(_MORE_OPTIONS)
 
 #: TFLite builtin operators the importer converts (documented in docs/TFLITE.md).
 SUPPORTED_OPS = tuple(sorted(_HANDLERS))

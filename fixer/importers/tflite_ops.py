@@ -1,0 +1,404 @@
+"""More TFLite builtin operators for the importer (:mod:`fixer.importers.tflite`): the ones transformer
+models use (LayerNorm as MEAN / SQUARED_DIFFERENCE / RSQRT, attention as BATCH_MATMUL, GELU MLPs) and the
+other element-wise, comparison, selection and data-movement operators of LiteRT's builtin set.
+
+Each handler maps the operator to ONNX operators that compute what the TFLite kernel computes on the
+dequantized values (a quantized tensor stays ``QuantizeLinear -> int8 -> DequantizeLinear`` as for
+every operator), and every one is checked against the interpreter op by op like the others
+(:mod:`fixer.importers.tflite_check`). Where ONNX (opset 14) has no single operator, the handler emits
+the composition and stamps every node with the TFLite operator (GELU: ``Erf`` or ``Tanh`` form; RSQRT:
+``Sqrt -> Reciprocal``; SQUARED_DIFFERENCE: ``Sub -> Mul``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .tflite import NCHW, _broadcast_operand, _no_hybrid, _reduce
+
+_INT_MIN = -(2**31)  # a Slice end "through index 0" with a negative step
+
+
+def _is_plain_const(imp, t: int) -> bool:
+    v = imp.val(t)
+    return v.const is not None and v.f is None and v.q is None
+
+
+def _unary_nodes(build):
+    """An element-wise operator built by ``build(imp, x_float_name) -> float name``, in the input's layout."""
+    def handler(imp, ins, outs, opts):
+        nchw = imp.layout_of(ins[:1])
+        imp.emit(outs[0], build(imp, imp.fval(ins[0], nchw)), nchw)
+    return handler
+
+
+def _unary(op_type, **attrs):
+    return _unary_nodes(lambda imp, x: imp.node(op_type, [x], **attrs)[0])
+
+
+def _rsqrt(imp, x):
+    return imp.node("Reciprocal", [imp.node("Sqrt", [x])[0]])[0]
+
+
+def _square(imp, x):
+    return imp.node("Mul", [x, x])[0]
+
+
+def _gelu_build(imp, x, approximate: bool):
+    half = imp.init("gelu_half", np.float32(0.5))
+    one = imp.init("gelu_one", np.float32(1.0))
+    if approximate:  # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+        x3 = imp.node("Mul", [imp.node("Mul", [x, x])[0], x])[0]
+        inner = imp.node("Add", [x, imp.node("Mul", [x3, imp.init("gelu_c", np.float32(0.044715))])[0]])[0]
+        t = imp.node("Tanh", [imp.node("Mul", [inner, imp.init("gelu_k", np.float32(math.sqrt(2 / math.pi)))])[0]])[0]
+    else:  # 0.5 x (1 + erf(x / sqrt(2)))
+        t = imp.node("Erf", [imp.node("Mul", [x, imp.init("gelu_rsqrt2", np.float32(1 / math.sqrt(2)))])[0]])[0]
+    return imp.node("Mul", [imp.node("Mul", [x, imp.node("Add", [t, one])[0]])[0], half])[0]
+
+
+def _gelu(imp, ins, outs, opts):
+    approximate = bool(opts.Approximate()) if opts is not None else False
+    nchw = imp.layout_of(ins[:1])
+    imp.emit(outs[0], _gelu_build(imp, imp.fval(ins[0], nchw), approximate), nchw)
+
+
+def _relu_0_to_1(imp, x):
+    return imp.node("Clip", [x, imp.init("clip_min", np.float32(0.0)), imp.init("clip_max", np.float32(1.0))])[0]
+
+
+# -- binary and n-ary ---------------------------------------------------------------------------------
+
+def _binary_nodes(build, fold):
+    """A broadcasting binary operator: ``build(imp, a, b) -> name``; ``fold(a, b)`` for constants."""
+    def handler(imp, ins, outs, opts):
+        y = outs[0]
+        if all(_is_plain_const(imp, t) for t in ins[:2]) and not imp.is_quant(y):
+            imp.emit_const(y, np.asarray(fold(imp.val(ins[0]).const, imp.val(ins[1]).const)))
+            return
+        nchw = imp.layout_of(ins[:2]) and imp.rank(y) == 4
+        a = _broadcast_operand(imp, ins[0], nchw, imp.rank(y))
+        b = _broadcast_operand(imp, ins[1], nchw, imp.rank(y))
+        imp.emit(y, build(imp, a, b), nchw, imp.fused_name(opts))
+    return handler
+
+
+def _binary(op_type, fold):
+    return _binary_nodes(lambda imp, a, b: imp.node(op_type, [a, b])[0], fold)
+
+
+def _squared_difference(imp, a, b):
+    d = imp.node("Sub", [a, b])[0]
+    return imp.node("Mul", [d, d])[0]
+
+
+def _not_equal(imp, a, b):
+    return imp.node("Not", [imp.node("Equal", [a, b])[0]])[0]
+
+
+def _floor_div(imp, a, b):
+    return imp.node("Floor", [imp.node("Div", [a, b])[0]])[0]
+
+
+def _floor_mod(imp, a, b):  # a - floor(a / b) * b (the sign of b, as TFLite's FLOOR_MOD)
+    return imp.node("Sub", [a, imp.node("Mul", [_floor_div(imp, a, b), b])[0]])[0]
+
+
+def _float_only(name, handler):
+    """Operators TFLite computes on float (or integer) tensors only: a quantized one is refused."""
+    def wrapped(imp, ins, outs, opts):
+        for t in list(ins) + list(outs):
+            if t >= 0 and imp.is_quant(t) and not _is_plain_const(imp, t):
+                imp.fail(f"{name} '{imp.tname(outs[0])}' on quantized tensors is not supported (TFLite has no "
+                         "int8 kernel for it).")
+        handler(imp, ins, outs, opts)
+    return wrapped
+
+
+def _add_n(imp, ins, outs, opts):
+    nchw = imp.layout_of(ins) and imp.rank(outs[0]) == 4
+    y = imp.node("Sum", [_broadcast_operand(imp, t, nchw, imp.rank(outs[0])) for t in ins])[0]
+    imp.emit(outs[0], y, nchw)
+
+
+def _select(v2: bool):
+    def handler(imp, ins, outs, opts):
+        cond, a, b, y = ins[0], ins[1], ins[2], outs[0]
+        if not v2 and imp.rank(cond) == 1 and imp.rank(a) > 1:
+            # SELECT (v1) with a vector condition picks whole rows along the first axis.
+            c = imp.node("Reshape", [imp.fval(cond, False), imp.ints([imp.shape(cond)[0]] + [1] * (imp.rank(a) - 1))])[0]
+            imp.emit(y, imp.node("Where", [c, imp.fval(a, False), imp.fval(b, False)])[0], False)
+            return
+        nchw = imp.layout_of(ins[:3]) and imp.rank(y) == 4
+        ops = [_broadcast_operand(imp, t, nchw, imp.rank(y)) for t in (cond, a, b)]
+        imp.emit(y, imp.node("Where", ops)[0], nchw)
+    return handler
+
+
+# -- matrix product -------------------------------------------------------------------------------------
+
+def _swapped_last(imp, t: int) -> str:
+    """The float value of ``t`` with its last two axes swapped; a quantized tensor is transposed as
+    integers (``int8 -> Transpose -> DequantizeLinear``), a constant at import time."""
+    r = imp.rank(t)
+    perm = list(range(r - 2)) + [r - 1, r - 2]
+    v = imp.val(t)
+    qp = imp.qparams(t)
+    if _is_plain_const(imp, t):
+        arr = np.ascontiguousarray(np.swapaxes(v.const, -1, -2))
+        if qp is not None and imp.ttype(t) in ("INT8", "UINT8"):
+            axis = perm.index(qp[2]) if qp[0].size > 1 else None
+            return imp.dq(imp.init(imp.tname(t) + "_quantized_t", arr), t, nchw=False, perm_axis=axis)
+        return imp.init(imp.tname(t) + "_t", arr.astype(np.float32) if arr.dtype.kind == "f" else arr)
+    if v.q is not None:
+        qt = imp.node("Transpose", [imp.qval(t, False)], perm=perm)[0]
+        return imp.dq(qt, t, nchw=False)
+    return imp.node("Transpose", [imp.fval(t, False)], perm=perm)[0]
+
+
+def _batch_matmul(imp, ins, outs, opts):
+    a, b, y = ins[0], ins[1], outs[0]
+    _no_hybrid(imp, a, b, y, "BATCH_MATMUL")
+    adj_x = bool(opts.AdjX()) if opts is not None else False
+    adj_y = bool(opts.AdjY()) if opts is not None else False
+    fa = _swapped_last(imp, a) if adj_x else imp.fval(a, False)
+    fb = _swapped_last(imp, b) if adj_y else imp.fval(b, False)
+    imp.emit(y, imp.node("MatMul", [fa, fb])[0], False)
+
+
+# -- normalisations ------------------------------------------------------------------------------------
+
+def _log_softmax(imp, ins, outs, opts):
+    x = ins[0]
+    nchw = imp.layout_of([x]) and imp.rank(x) == 4
+    imp.emit(outs[0], imp.node("LogSoftmax", [imp.fval(x, nchw)], axis=1 if nchw else -1)[0], nchw)
+
+
+def _l2_normalization(imp, ins, outs, opts):
+    """x / max(sqrt(sum(x^2 over the last axis)), 1e-6), as TFLite's kernel."""
+    x = ins[0]
+    nchw = imp.layout_of([x]) and imp.rank(x) == 4
+    f = imp.fval(x, nchw)
+    ss = imp.node("ReduceSumSquare", [f], axes=[1 if nchw else -1], keepdims=1)[0]
+    n = imp.node("Max", [imp.node("Sqrt", [ss])[0], imp.init("l2norm_epsilon", np.float32(1e-6))])[0]
+    imp.emit(outs[0], imp.node("Div", [f, n])[0], nchw, imp.fused_name(opts))
+
+
+# -- data movement ----------------------------------------------------------------------------------------
+
+def _const_ints(imp, t: int, what: str, y: int) -> np.ndarray:
+    arr = imp.const_array(t)
+    if arr is None:
+        imp.fail(f"{what} '{imp.tname(y)}' has a non-constant {imp.tname(t)}.")
+    return np.asarray(arr).reshape(-1).astype(np.int64)
+
+
+def _unpack(imp, ins, outs, opts):
+    x = ins[0]
+    r = imp.rank(x)
+    axis = (opts.Axis() if opts is not None else 0) % r
+    if _is_plain_const(imp, x):
+        for k, o in enumerate(outs):
+            imp.emit_const(o, np.take(imp.val(x).const, k, axis=axis))
+        return
+    names = imp.node("Split", [imp.fval(x, False), imp.ints([1] * len(outs), "split")],
+                     [imp.uniq(f"unpack_{len(imp.nodes)}_{k}") for k in range(len(outs))], axis=axis)
+    for o, n in zip(outs, names):
+        imp.emit(o, imp.node("Squeeze", [n, imp.ints([axis], "axes")])[0], False)
+
+
+def _broadcast_to(imp, ins, outs, opts):
+    x, y = ins[0], outs[0]
+    shape = _const_ints(imp, ins[1], "BROADCAST_TO", y)
+    if imp.foldable(x, y):
+        imp.emit_const(y, np.broadcast_to(imp.val(x).const, tuple(shape)).copy())
+        return
+    imp.emit(y, imp.node("Expand", [imp.fval(x, False), imp.ints(shape)])[0], False)
+
+
+def _reverse_v2(imp, ins, outs, opts):
+    x, y = ins[0], outs[0]
+    r = imp.rank(x)
+    axes = sorted({int(a) % r for a in _const_ints(imp, ins[1], "REVERSE_V2", y)})
+    if imp.foldable(x, y):
+        imp.emit_const(y, np.flip(imp.val(x).const, axis=tuple(axes)).copy())
+        return
+    nchw = imp.layout_of([x]) and r == 4
+    onnx_axes = [NCHW.index(a) for a in axes] if nchw else axes
+    n = len(axes)
+    s = imp.node("Slice", [imp.fval(x, nchw), imp.ints([-1] * n, "starts"), imp.ints([_INT_MIN] * n, "ends"),
+                           imp.ints(onnx_axes, "axes"), imp.ints([-1] * n, "steps")])[0]
+    imp.emit(y, s, nchw)
+
+
+def _gather_nd(imp, ins, outs, opts):
+    x, y = ins[0], outs[0]
+    idx = imp.const_array(ins[1])
+    if idx is None:
+        imp.fail(f"GATHER_ND '{imp.tname(y)}' has non-constant indices.")
+    if imp.foldable(x, y):
+        arr = imp.val(x).const
+        idx = np.asarray(idx)
+        imp.emit_const(y, arr[tuple(np.moveaxis(idx, -1, 0))])
+        return
+    imp.emit(y, imp.node("GatherND", [imp.fval(x, False), imp.init("indices", np.asarray(idx, np.int64))])[0], False)
+
+
+def _mirror_pad(imp, ins, outs, opts):
+    x, y = ins[0], outs[0]
+    pads = imp.const_array(ins[1])
+    if pads is None:
+        imp.fail(f"MIRROR_PAD '{imp.tname(y)}' has non-constant paddings.")
+    pads = np.asarray(pads, np.int64).reshape(-1, 2)
+    symmetric = opts is not None and opts.Mode() == imp.tfl.MirrorPadMode.SYMMETRIC
+    r = imp.rank(x)
+    nchw = imp.layout_of([x]) and r == 4
+    order = list(NCHW) if nchw else list(range(r))
+    f = imp.fval(x, nchw)
+    if not symmetric:  # REFLECT: the edge value is not repeated, ONNX Pad's "reflect"
+        p = pads[order]
+        imp.emit(y, imp.node("Pad", [f, imp.ints(np.concatenate([p[:, 0], p[:, 1]]), "pads")], mode="reflect")[0],
+                 nchw)
+        return
+    # SYMMETRIC repeats the edge: per axis, the reversed first / last slices concatenated around it.
+    shape = list(imp.shape(x))
+    for onnx_axis, tfl_axis in enumerate(order):
+        before, after = (int(v) for v in pads[tfl_axis])
+        if not before and not after:
+            continue
+        n = shape[tfl_axis]
+        parts = []
+        if before:
+            parts.append(imp.node("Slice", [f, imp.ints([before - 1], "starts"), imp.ints([_INT_MIN], "ends"),
+                                            imp.ints([onnx_axis], "axes"), imp.ints([-1], "steps")])[0])
+        parts.append(f)
+        if after:
+            parts.append(imp.node("Slice", [f, imp.ints([n - 1], "starts"), imp.ints([n - 1 - after], "ends"),
+                                            imp.ints([onnx_axis], "axes"), imp.ints([-1], "steps")])[0])
+        f = imp.node("Concat", parts, axis=onnx_axis)[0]
+        shape[tfl_axis] = n + before + after
+    imp.emit(y, f, nchw)
+
+
+def _space_to_batch(imp, ins, outs, opts):
+    """NHWC SPACE_TO_BATCH_ND (the dilated-convolution form of older converters): Pad, then the blocks
+    of H and W moved into the batch by Reshape -> Transpose -> Reshape."""
+    x, y = ins[0], outs[0]
+    if imp.rank(x) != 4:
+        imp.fail(f"SPACE_TO_BATCH_ND '{imp.tname(y)}' on a rank-{imp.rank(x)} tensor (only 4-D is supported).")
+    bh, bw = (int(v) for v in _const_ints(imp, ins[1], "SPACE_TO_BATCH_ND", y))
+    (pt, pb), (pl, pr) = _const_ints(imp, ins[2], "SPACE_TO_BATCH_ND", y).reshape(2, 2).tolist()
+    n, h, w, c = imp.shape(x)
+    f = imp.fval(x, False)
+    if pt or pb or pl or pr:
+        f = imp.node("Pad", [f, imp.ints([0, pt, pl, 0, 0, pb, pr, 0], "pads")])[0]
+    hp, wp = (h + pt + pb) // bh, (w + pl + pr) // bw
+    f = imp.node("Reshape", [f, imp.ints([n, hp, bh, wp, bw, c])])[0]
+    f = imp.node("Transpose", [f], perm=[2, 4, 0, 1, 3, 5])[0]
+    imp.emit(y, imp.node("Reshape", [f, imp.ints([bh * bw * n, hp, wp, c])])[0], False)
+
+
+def _batch_to_space(imp, ins, outs, opts):
+    x, y = ins[0], outs[0]
+    if imp.rank(x) != 4:
+        imp.fail(f"BATCH_TO_SPACE_ND '{imp.tname(y)}' on a rank-{imp.rank(x)} tensor (only 4-D is supported).")
+    bh, bw = (int(v) for v in _const_ints(imp, ins[1], "BATCH_TO_SPACE_ND", y))
+    (ct, cb), (cl, cr) = _const_ints(imp, ins[2], "BATCH_TO_SPACE_ND", y).reshape(2, 2).tolist()
+    b, h, w, c = imp.shape(x)
+    n = b // (bh * bw)
+    f = imp.node("Reshape", [imp.fval(x, False), imp.ints([bh, bw, n, h, w, c])])[0]
+    f = imp.node("Transpose", [f], perm=[2, 3, 0, 4, 1, 5])[0]
+    f = imp.node("Reshape", [f, imp.ints([n, h * bh, w * bw, c])])[0]
+    if ct or cb or cl or cr:
+        f = imp.node("Slice", [f, imp.ints([ct, cl], "starts"), imp.ints([h * bh - cb, w * bw - cr], "ends"),
+                               imp.ints([1, 2], "axes")])[0]
+    imp.emit(y, f, False)
+
+
+def _cast(imp, ins, outs, opts):
+    x, y = ins[0], outs[0]
+    if imp.is_quant(x) or imp.is_quant(y):
+        imp.fail(f"CAST '{imp.tname(y)}' of a quantized tensor is not supported.")
+    to = imp.onnx_type(y)
+    if _is_plain_const(imp, x):
+        from onnx import helper
+        imp.emit_const(y, imp.val(x).const.astype(helper.tensor_dtype_to_np_dtype(to)))
+        return
+    nchw = imp.layout_of([x])
+    imp.emit(y, imp.node("Cast", [imp.fval(x, nchw)], to=to)[0], nchw)
+
+
+def _cumsum(imp, ins, outs, opts):
+    x, y = ins[0], outs[0]
+    r = imp.rank(x)
+    axis = int(_const_ints(imp, ins[1], "CUMSUM", y)[0]) % r
+    attrs = {"exclusive": int(bool(opts.Exclusive())), "reverse": int(bool(opts.Reverse()))} if opts is not None else {}
+    nchw = imp.layout_of([x]) and r == 4
+    imp.emit(y, imp.node("CumSum", [imp.fval(x, nchw), imp.ints([NCHW.index(axis) if nchw else axis], "axis")],
+                         **attrs)[0], nchw)
+
+
+# -- shape-only values (folded: their value does not depend on the input's values) -------------------------
+
+def _zeros_like(imp, ins, outs, opts):
+    y = outs[0]
+    if imp.is_quant(y):
+        imp.fail(f"ZEROS_LIKE '{imp.tname(y)}' with a quantized output is not supported.")
+    from onnx import helper
+    imp.emit_const(y, np.zeros(imp.shape(y), helper.tensor_dtype_to_np_dtype(imp.onnx_type(y))))
+
+
+def _fill(imp, ins, outs, opts):
+    y = outs[0]
+    dims, value = imp.const_array(ins[0]), imp.const_array(ins[1])
+    if dims is None or value is None or imp.is_quant(y):
+        imp.fail(f"FILL '{imp.tname(y)}' needs constant dims and value and an unquantized output.")
+    imp.emit_const(y, np.full(np.asarray(dims).reshape(-1), np.asarray(value).reshape(-1)[0]))
+
+
+def _range(imp, ins, outs, opts):
+    y = outs[0]
+    vals = [imp.const_array(t) for t in ins[:3]]
+    if any(v is None for v in vals):
+        imp.fail(f"RANGE '{imp.tname(y)}' has non-constant bounds.")
+    start, limit, delta = (np.asarray(v).reshape(-1)[0] for v in vals)
+    imp.emit_const(y, np.arange(start, limit, delta, dtype=np.asarray(vals[0]).dtype))
+
+
+_FOLD = {"Pow": np.power, "SquaredDifference": lambda a, b: (a - b) ** 2}
+
+HANDLERS = {
+    # element-wise, one input
+    "RSQRT": _unary_nodes(_rsqrt), "SQRT": _unary("Sqrt"), "SQUARE": _unary_nodes(_square),
+    "EXP": _unary("Exp"), "LOG": _unary("Log"), "ABS": _unary("Abs"), "NEG": _unary("Neg"),
+    "SIN": _float_only("SIN", _unary("Sin")), "COS": _float_only("COS", _unary("Cos")),
+    "FLOOR": _float_only("FLOOR", _unary("Floor")), "CEIL": _float_only("CEIL", _unary("Ceil")),
+    "ROUND": _float_only("ROUND", _unary("Round")), "SIGN": _float_only("SIGN", _unary("Sign")),
+    "ELU": _unary("Elu", alpha=1.0), "RELU_0_TO_1": _unary_nodes(_relu_0_to_1), "GELU": _gelu,
+    "LOGICAL_NOT": _unary("Not"),
+    # element-wise, two or more inputs
+    "SQUARED_DIFFERENCE": _binary_nodes(_squared_difference, _FOLD["SquaredDifference"]),
+    "POW": _float_only("POW", _binary("Pow", np.power)),
+    "FLOOR_DIV": _float_only("FLOOR_DIV", _binary_nodes(_floor_div, lambda a, b: np.floor_divide(a, b))),
+    "FLOOR_MOD": _float_only("FLOOR_MOD", _binary_nodes(_floor_mod, lambda a, b: np.mod(a, b))),
+    "EQUAL": _binary("Equal", np.equal), "NOT_EQUAL": _binary_nodes(_not_equal, np.not_equal),
+    "LESS": _binary("Less", np.less), "LESS_EQUAL": _binary("LessOrEqual", np.less_equal),
+    "GREATER": _binary("Greater", np.greater), "GREATER_EQUAL": _binary("GreaterOrEqual", np.greater_equal),
+    "LOGICAL_AND": _binary("And", np.logical_and), "LOGICAL_OR": _binary("Or", np.logical_or),
+    "ADD_N": _add_n, "SELECT": _select(False), "SELECT_V2": _select(True),
+    # reductions, normalisations, products
+    "REDUCE_MIN": _reduce("ReduceMin"), "REDUCE_PROD": _reduce("ReduceProd"),
+    "LOG_SOFTMAX": _log_softmax, "L2_NORMALIZATION": _l2_normalization, "BATCH_MATMUL": _batch_matmul,
+    "CUMSUM": _cumsum,
+    # data movement
+    "UNPACK": _unpack, "BROADCAST_TO": _broadcast_to, "REVERSE_V2": _reverse_v2, "GATHER_ND": _gather_nd,
+    "MIRROR_PAD": _mirror_pad, "SPACE_TO_BATCH_ND": _space_to_batch, "BATCH_TO_SPACE_ND": _batch_to_space,
+    "CAST": _cast, "ZEROS_LIKE": _zeros_like, "FILL": _fill, "RANGE": _range,
+}
+
+OPTIONS = {
+    "GELU": "GeluOptions", "BATCH_MATMUL": "BatchMatMulOptions", "MIRROR_PAD": "MirrorPadOptions",
+    "UNPACK": "UnpackOptions", "CAST": "CastOptions", "CUMSUM": "CumsumOptions", "L2_NORMALIZATION": "L2NormOptions",
+    "REDUCE_PROD": "ReducerOptions", "REDUCE_MIN": "ReducerOptions",
+}
