@@ -46,6 +46,29 @@ def _square(imp, x):
     return imp.node("Mul", [x, x])[0]
 
 
+def _neg(imp, ins, outs, opts):
+    """NEG. On int8 tensors TFLite negates the integers themselves, whatever the two tensors' scales
+    (-(-128) wraps to -128): y_q = -x_q is y = (-x_q - z_y) s_y, an affine function of the dequantized
+    input (plain Neg when y's parameters mirror x's, as the converter writes them), and the wrap a Where."""
+    x, y = ins[0], outs[0]
+    nchw = imp.layout_of(ins[:1])
+    f = imp.fval(x, nchw)
+    if not (imp.ttype(x) == imp.ttype(y) == "INT8" and imp.is_quant(x) and imp.is_quant(y)
+            and imp.val(x).q is not None):
+        imp.emit(y, imp.node("Neg", [f])[0], nchw)
+        return
+    (sx,), (zx,), _ = imp.qparams(x)
+    (sy,), (zy,), _ = imp.qparams(y)
+    if sx == sy and zy == -zx:
+        neg = imp.node("Neg", [f])[0]
+    else:
+        neg = imp.node("Add", [imp.node("Mul", [f, imp.init("neg_scale", np.float32(-sy / sx))])[0],
+                               imp.init("neg_offset", np.float32(-(int(zx) + int(zy)) * sy))])[0]
+    wraps = imp.node("Equal", [imp.qval(x, nchw), imp.init("int8_min", np.int8(-128))])[0]
+    out = imp.node("Where", [wraps, imp.init("neg_wrapped", np.float32((-128 - int(zy)) * sy)), neg])[0]
+    imp.emit(y, out, nchw)
+
+
 def _gelu_build(imp, x, approximate: bool):
     half = imp.init("gelu_half", np.float32(0.5))
     one = imp.init("gelu_one", np.float32(1.0))
@@ -371,7 +394,7 @@ _FOLD = {"Pow": np.power, "SquaredDifference": lambda a, b: (a - b) ** 2}
 HANDLERS = {
     # element-wise, one input
     "RSQRT": _unary_nodes(_rsqrt), "SQRT": _unary("Sqrt"), "SQUARE": _unary_nodes(_square),
-    "EXP": _unary("Exp"), "LOG": _unary("Log"), "ABS": _unary("Abs"), "NEG": _unary("Neg"),
+    "EXP": _unary("Exp"), "LOG": _unary("Log"), "ABS": _unary("Abs"), "NEG": _neg,
     "SIN": _float_only("SIN", _unary("Sin")), "COS": _float_only("COS", _unary("Cos")),
     "FLOOR": _float_only("FLOOR", _unary("Floor")), "CEIL": _float_only("CEIL", _unary("Ceil")),
     "ROUND": _float_only("ROUND", _unary("Round")), "SIGN": _float_only("SIGN", _unary("Sign")),

@@ -710,7 +710,7 @@ def int8_ops() -> bytes:
     EQUAL, NOT_EQUAL, LOGICAL_AND / OR / NOT, SELECT_V2, SELECT, REDUCE_MIN, UNPACK, BATCH_MATMUL (constant
     right-hand side with adj_y, adj_x), BROADCAST_TO, GATHER_ND, SPACE_TO_BATCH_ND -> DEPTHWISE_CONV_2D ->
     BATCH_TO_SPACE_ND (a dilated convolution as older converters write it), ELU, RELU_0_TO_1, GELU
-    (tanh approximation), LOG_SOFTMAX (4-D), L2_NORMALIZATION, ABS, EXP, LOG, RSQRT, SQUARED_DIFFERENCE."""
+    (tanh approximation), LOG_SOFTMAX (4-D), L2_NORMALIZATION, NEG, ABS, EXP, LOG, RSQRT, SQUARED_DIFFERENCE."""
     m = Model(seed=22)
     tr = Traced(m)
     x = tr.input("input", (1, 8, 8, 4), 1 / 32, 0)
@@ -789,7 +789,8 @@ def int8_ops() -> bytes:
                "broadcast_to", q=same)
     gnd = tr.op("GATHER_ND", [c, ints("gather_nd/indices", [[0, 1, 2], [0, 3, 4], [0, 7, 7]])],
                 lambda v, i: v[0, [1, 3, 7], [2, 4, 7]], "gather_nd", q=same)
-    ab = tr.op("ABS", [gnd], np.abs, "abs")
+    ng = tr.op("NEG", [gnd], np.negative, "neg", q=(same[0], -same[1]))  # the converter mirrors the zero-point
+    ab = tr.op("ABS", [ng], np.abs, "abs")
     ex = tr.op("EXP", [ab], np.exp, "exp")
     lg = tr.op("LOG", [ex], lambda v: np.log(np.maximum(v, 1e-2)), "log")
     rs = tr.op("RSQRT", [ex], lambda v: 1 / np.sqrt(np.maximum(v, 1e-2)), "rsqrt")
