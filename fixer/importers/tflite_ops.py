@@ -42,6 +42,19 @@ def _rsqrt(imp, x):
     return imp.node("Reciprocal", [imp.node("Sqrt", [x])[0]])[0]
 
 
+def _sqrt(imp, ins, outs, opts):
+    """SQRT. LiteRT's int8 kernel truncates: y_q = floor(sqrt(x) / s_y) + z_y (measured on all 256 inputs:
+    126 of them one LSB below round-to-nearest, none above), so the import floors before quantizing."""
+    x, y = ins[0], outs[0]
+    nchw = imp.layout_of(ins[:1])
+    r = imp.node("Sqrt", [imp.fval(x, nchw)])[0]
+    if imp.ttype(y) == "INT8" and imp.is_quant(y):
+        (sy,), _, _ = imp.qparams(y)
+        steps = imp.node("Floor", [imp.node("Mul", [r, imp.init("sqrt_inverse_scale", np.float32(1 / sy))])[0]])[0]
+        r = imp.node("Mul", [steps, imp.init("sqrt_scale", np.float32(sy))])[0]
+    imp.emit(y, r, nchw)
+
+
 def _square(imp, x):
     return imp.node("Mul", [x, x])[0]
 
@@ -393,7 +406,7 @@ _FOLD = {"Pow": np.power, "SquaredDifference": lambda a, b: (a - b) ** 2}
 
 HANDLERS = {
     # element-wise, one input
-    "RSQRT": _unary_nodes(_rsqrt), "SQRT": _unary("Sqrt"), "SQUARE": _unary_nodes(_square),
+    "RSQRT": _unary_nodes(_rsqrt), "SQRT": _sqrt, "SQUARE": _unary_nodes(_square),
     "EXP": _unary("Exp"), "LOG": _unary("Log"), "ABS": _unary("Abs"), "NEG": _neg,
     "SIN": _float_only("SIN", _unary("Sin")), "COS": _float_only("COS", _unary("Cos")),
     "FLOOR": _float_only("FLOOR", _unary("Floor")), "CEIL": _float_only("CEIL", _unary("Ceil")),

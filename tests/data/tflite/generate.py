@@ -710,7 +710,8 @@ def int8_ops() -> bytes:
     EQUAL, NOT_EQUAL, LOGICAL_AND / OR / NOT, SELECT_V2, SELECT, REDUCE_MIN, UNPACK, BATCH_MATMUL (constant
     right-hand side with adj_y, adj_x), BROADCAST_TO, GATHER_ND, SPACE_TO_BATCH_ND -> DEPTHWISE_CONV_2D ->
     BATCH_TO_SPACE_ND (a dilated convolution as older converters write it), ELU, RELU_0_TO_1, GELU
-    (tanh approximation), LOG_SOFTMAX (4-D), L2_NORMALIZATION, NEG, ABS, EXP, LOG, RSQRT, SQUARED_DIFFERENCE."""
+    (tanh approximation), LOG_SOFTMAX (4-D), L2_NORMALIZATION, NEG, ABS, EXP, LOG, RSQRT, SQRT,
+    SQUARED_DIFFERENCE."""
     m = Model(seed=22)
     tr = Traced(m)
     x = tr.input("input", (1, 8, 8, 4), 1 / 32, 0)
@@ -795,7 +796,8 @@ def int8_ops() -> bytes:
     lg = tr.op("LOG", [ex], lambda v: np.log(np.maximum(v, 1e-2)), "log")
     rs = tr.op("RSQRT", [ex], lambda v: 1 / np.sqrt(np.maximum(v, 1e-2)), "rsqrt")
     sd = tr.op("SQUARED_DIFFERENCE", [lg, rs], lambda a, bb: (a - bb) ** 2, "squared_difference")
-    m.inputs, m.outputs = [x], [mp, ms, lsm, elu, r01, bt, sd]
+    sr = tr.op("SQRT", [ex], np.sqrt, "sqrt")
+    m.inputs, m.outputs = [x], [mp, ms, lsm, elu, r01, bt, sd, sr]
     return m.build()
 
 
