@@ -70,6 +70,9 @@ def test_import_records_origin_and_tflite_ops(name):
         props = {p.key: p.value for p in n.metadata_props}
         if "tflite.op" in props:
             stamped.setdefault(props["tflite.op"], set()).add(props["tflite.index"])
+            for part in filter(None, props.get("nafix.tflite.fused", "").split(", ")):  # a pattern read as one op
+                op, index = part.split(" #")
+                stamped.setdefault(op, set()).add(index)
         elif "nafix.tflite.edge" not in props:
             assert props.get("nafix.tflite.layout") in ("NHWC->NCHW", "NCHW->NHWC"), n.name
     for op in set(tflite_ops(path)) - {"TILE", "RESHAPE"}:  # folded/aliased ops may leave no node

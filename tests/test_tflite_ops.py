@@ -138,3 +138,19 @@ def test_neg_negates_the_integers_whatever_the_scales():
     assert (seeded_inputs(imp, seed=0, samples=1)[0]["x"] == -128).any()  # the wrap is exercised
     check = check_import(imp, data)
     assert check.ok and check.op_max_lsb == 0 and check.outputs[0].exact_fraction == 1.0, check.summary()
+
+
+def test_space_to_batch_conv_batch_to_space_is_one_dilated_conv():
+    """SPACE_TO_BATCH_ND -> DEPTHWISE_CONV_2D -> BATCH_TO_SPACE_ND (an older converter's dilated conv) is
+    imported as one Conv with dilations = the block; with another operator between them, the general
+    Pad/Reshape/Transpose form stays."""
+    imp = read_tflite(DATA / "int8_ops.tflite")
+    props = [({p.key: p.value for p in n.metadata_props}, n) for n in imp.model.graph.node]
+    dilated = [(d, n) for d, n in props if n.op_type == "Conv" and
+               [a.ints for a in n.attribute if a.name == "dilations"][0] == [2, 2]]
+    assert len(dilated) == 1
+    d, n = dilated[0]
+    assert d["tflite.op"] == "DEPTHWISE_CONV_2D" and "SPACE_TO_BATCH_ND" in d["nafix.tflite.fused"]
+    assert [a.ints for a in n.attribute if a.name == "pads"][0] == [2, 2, 2, 2]
+    general = {n.op_type for d, n in props if d.get("tflite.op") in ("SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND")}
+    assert {"Reshape", "Transpose", "Slice"} <= general

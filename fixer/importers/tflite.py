@@ -241,6 +241,8 @@ class _Importer:
             del ten
 
         op_records: list[tuple[str, list[int]]] = []
+        self.at = "the operator patterns"
+        plan = plan_fusions(self, ops)  # operator index -> the handler that replaces its own
         for i, (op, name) in enumerate(ops):
             self.at = f"operator {i} ({name})"
             opts = self.options(op, name)
@@ -253,7 +255,7 @@ class _Importer:
                 self.cur["tflite.options"] = json.dumps(extra, sort_keys=True)
             ins = [int(op.Inputs(j)) for j in range(op.InputsLength())]
             outs = [int(op.Outputs(j)) for j in range(op.OutputsLength())]
-            _HANDLERS[name](self, ins, outs, opts)
+            plan.get(i, _HANDLERS[name])(self, ins, outs, opts)
             op_records.append((name, [t for t in outs if t in self.qouts]))
         self.cur = None
         self.at = "the graph outputs"
@@ -1279,7 +1281,7 @@ _HANDLERS = {
 }
 
 # The transformer, element-wise, comparison and data-movement operators (fixer/importers/tflite_ops.py).
-from .tflite_ops import HANDLERS as _MORE_HANDLERS, OPTIONS as _MORE_OPTIONS  # noqa: E402
+from .tflite_ops import HANDLERS as _MORE_HANDLERS, OPTIONS as _MORE_OPTIONS, plan_fusions  # noqa: E402
 
 _HANDLERS.update(_MORE_HANDLERS)
 _OPTIONS.update(_MORE_OPTIONS)

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from .tflite import NCHW, _broadcast_operand, _no_hybrid, _reduce
+from .tflite import NCHW, _bias, _broadcast_operand, _no_hybrid, _reduce, _weights
 
 _INT_MIN = -(2**31)  # a Slice end "through index 0" with a negative step
 
@@ -350,6 +350,87 @@ def _batch_to_space(imp, ins, outs, opts):
         f = imp.node("Slice", [f, imp.ints([ct, cl], "starts"), imp.ints([h * bh - cb, w * bw - cr], "ends"),
                                imp.ints([1, 2], "axes")])[0]
     imp.emit(y, f, False)
+
+
+# -- patterns read as one operator ---------------------------------------------------------------------
+
+def plan_fusions(imp, ops) -> dict:
+    """Operator patterns the import reads as one operator, as ``{operator index: handler}`` (a handler
+    that does nothing for the operators folded into another's).
+
+    SPACE_TO_BATCH_ND -> CONV_2D / DEPTHWISE_CONV_2D (VALID, stride 1, no dilation) -> BATCH_TO_SPACE_ND
+    with the same block is how older TFLite converters write a dilated convolution: it is one dilated
+    ``Conv`` on the SPACE_TO_BATCH_ND input, padded by the paddings less the crops (the same values: the
+    convolution reads every block-th row and column of the padded input, which the batch holds)."""
+    consumers: dict[int, list[int]] = {}
+    for i, (op, _) in enumerate(ops):
+        for j in range(op.InputsLength()):
+            consumers.setdefault(int(op.Inputs(j)), []).append(i)
+    out_of = {i: [int(op.Outputs(j)) for j in range(op.OutputsLength())] for i, (op, _) in enumerate(ops)}
+    plan: dict = {}
+    for i, (op, name) in enumerate(ops):
+        if name != "SPACE_TO_BATCH_ND":
+            continue
+        fusion = _dilated_conv_pattern(imp, ops, i, consumers, out_of)
+        if fusion is not None:
+            j, k, handler = fusion
+            plan[i], plan[j], plan[k] = _skip, handler, _skip
+    return plan
+
+
+def _skip(imp, ins, outs, opts):
+    """An operator folded into another's node (see :func:`plan_fusions`)."""
+
+
+def _only_consumer(t: int, consumers, graph_outputs) -> int | None:
+    users = consumers.get(t, [])
+    return users[0] if len(users) == 1 and t not in graph_outputs else None
+
+
+def _dilated_conv_pattern(imp, ops, i, consumers, out_of):
+    stb = ops[i][0]
+    stb_in, block_t, pads_t = (int(stb.Inputs(k)) for k in range(3))
+    j = _only_consumer(out_of[i][0], consumers, imp.graph_outputs)
+    if j is None or ops[j][1] not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
+        return None
+    conv, conv_name = ops[j]
+    if int(conv.Inputs(0)) != out_of[i][0]:
+        return None
+    k = _only_consumer(out_of[j][0], consumers, imp.graph_outputs)
+    if k is None or ops[k][1] != "BATCH_TO_SPACE_ND":
+        return None
+    bts = ops[k][0]
+    opts = imp.options(conv, conv_name)
+    if opts is None or opts.Padding() != imp.tfl.Padding.VALID or (opts.StrideH(), opts.StrideW()) != (1, 1) \
+            or (opts.DilationHFactor() or 1, opts.DilationWFactor() or 1) != (1, 1):
+        return None
+    vals = [imp.buffer(t) for t in (block_t, pads_t, int(bts.Inputs(1)), int(bts.Inputs(2)))]
+    if any(v is None for v in vals) or imp.rank(stb_in) != 4:
+        return None
+    block, pads, block2, crops = (np.asarray(v, np.int64).reshape(-1) for v in vals)
+    if block.size != 2 or not np.array_equal(block, block2) or pads.size != 4 or crops.size != 4:
+        return None
+    pads = [int(pads[0] - crops[0]), int(pads[2] - crops[2]), int(pads[1] - crops[1]), int(pads[3] - crops[3])]
+    if min(pads) < 0 or not (imp.alias_ok(stb_in, out_of[i][0]) and imp.alias_ok(out_of[j][0], out_of[k][0])):
+        return None
+    dil = [int(block[0]), int(block[1])]
+    depthwise = conv_name == "DEPTHWISE_CONV_2D"
+    bts_out = out_of[k][0]
+
+    def handler(imp, ins, outs, opts):
+        x, w = stb_in, ins[1]
+        _no_hybrid(imp, x, w, bts_out, conv_name)
+        if depthwise:
+            kh, kw = imp.shape(w)[1:3]
+            weights, group = _weights(imp, w, (3, 0, 1, 2)), imp.shape(x)[3]
+        else:
+            kh, kw = imp.shape(w)[1:3]
+            weights, group = _weights(imp, w, (0, 3, 1, 2)), imp.shape(x)[3] // imp.shape(w)[3]
+        imp.cur["nafix.tflite.fused"] = f"SPACE_TO_BATCH_ND #{i}, {conv_name} #{j}, BATCH_TO_SPACE_ND #{k}"
+        y = imp.node("Conv", [imp.fval(x, True), weights] + _bias(imp, ins, 2), kernel_shape=[kh, kw],
+                     strides=[1, 1], pads=pads, dilations=dil, group=group)[0]
+        imp.emit(bts_out, y, True, imp.fused_name(opts))
+    return j, k, handler
 
 
 def _cast(imp, ins, outs, opts):

@@ -707,9 +707,10 @@ def _batch_to_space(v, block):
 def int8_ops() -> bytes:
     """The other int8 operators of LiteRT's builtin set, on tensors the import carries NCHW (after a
     CONV_2D) and on 2-D / 3-D ones: MIRROR_PAD (reflect and symmetric), REVERSE_V2, GREATER, LESS_EQUAL,
-    EQUAL, NOT_EQUAL, LOGICAL_AND / OR / NOT, SELECT_V2, SELECT, REDUCE_MIN, UNPACK, BATCH_MATMUL (constant
+    EQUAL, NOT_EQUAL, LOGICAL_AND / OR / NOT, SELECT_V2, REDUCE_MIN, UNPACK, BATCH_MATMUL (constant
     right-hand side with adj_y, adj_x), BROADCAST_TO, GATHER_ND, SPACE_TO_BATCH_ND -> DEPTHWISE_CONV_2D ->
-    BATCH_TO_SPACE_ND (a dilated convolution as older converters write it), ELU, RELU_0_TO_1, GELU
+    BATCH_TO_SPACE_ND (a dilated convolution as older converters write it, imported as one Conv) and
+    SPACE_TO_BATCH_ND -> ABS -> BATCH_TO_SPACE_ND with crops (the general form), ELU, RELU_0_TO_1, GELU
     (tanh approximation), LOG_SOFTMAX (4-D), L2_NORMALIZATION, NEG, ABS, EXP, LOG, RSQRT, SQRT,
     SQUARED_DIFFERENCE."""
     m = Model(seed=22)
@@ -768,6 +769,12 @@ def int8_ops() -> bytes:
                    "FusedActivationFunction": NONE, "DilationWFactor": 1, "DilationHFactor": 1})
     bts = tr.op("BATCH_TO_SPACE_ND", [dconv, ints("dilated/block2", [2, 2]), ints("dilated/crops", [[0, 0], [0, 0]])],
                 lambda v, bl, cr: _batch_to_space(v, (2, 2)), "dilated", q=tr._same(dconv))
+    # Not a dilated convolution (ABS between them, crops): the general SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND.
+    stb2 = tr.op("SPACE_TO_BATCH_ND", [c, ints("batched/block", [2, 2]), ints("batched/paddings", [[0, 0], [2, 0]])],
+                 lambda v, bl, p: _space_to_batch(v, (2, 2), ((0, 0), (2, 0))), "batched/space_to_batch", q=same)
+    babs = tr.op("ABS", [stb2], np.abs, "batched/abs")
+    bts2 = tr.op("BATCH_TO_SPACE_ND", [babs, ints("batched/block2", [2, 2]), ints("batched/crops", [[1, 0], [0, 1]])],
+                 lambda v, bl, cr: _batch_to_space(v, (2, 2))[:, 1:, :-1, :], "batched", q=tr._same(babs))
     lsm = tr.op("LOG_SOFTMAX", [bts], lambda v: v - v.max(-1, keepdims=True)
                 - np.log(np.exp(v - v.max(-1, keepdims=True)).sum(-1, keepdims=True)), "log_softmax", q=(16 / 256, 127))
     # 3-D and 2-D tensors: the transformer side.
@@ -797,7 +804,7 @@ def int8_ops() -> bytes:
     rs = tr.op("RSQRT", [ex], lambda v: 1 / np.sqrt(np.maximum(v, 1e-2)), "rsqrt")
     sd = tr.op("SQUARED_DIFFERENCE", [lg, rs], lambda a, bb: (a - bb) ** 2, "squared_difference")
     sr = tr.op("SQRT", [ex], np.sqrt, "sqrt")
-    m.inputs, m.outputs = [x], [mp, ms, lsm, elu, r01, bt, sd, sr]
+    m.inputs, m.outputs = [x], [mp, ms, lsm, elu, r01, bt, sd, sr, bts2]
     return m.build()
 
 
