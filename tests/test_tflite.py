@@ -25,7 +25,7 @@ from tests.test_cli_audit import run
 
 DATA = Path(__file__).resolve().parent / "data" / "tflite"
 GOOD = ["movenet_like.tflite", "int8_cnn.tflite", "int8_misc.tflite", "int8_more.tflite", "int8_layout.tflite",
-        "uint8_model.tflite", "int8_transformer.tflite", "int8_ops.tflite"]
+        "uint8_model.tflite", "int8_transformer.tflite", "int8_ops.tflite", "int8_text.tflite"]
 PAIRS = Path(__file__).resolve().parents[1].parent / "shared" / "reference" / "pairs"
 PAIR_MODELS = sorted(PAIRS.glob("*/*.tflite")) + sorted(PAIRS.glob("*/models/*.tflite")) if PAIRS.is_dir() else []
 

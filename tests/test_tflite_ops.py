@@ -154,3 +154,20 @@ def test_space_to_batch_conv_batch_to_space_is_one_dilated_conv():
     assert [a.ints for a in n.attribute if a.name == "pads"][0] == [2, 2, 2, 2]
     general = {n.op_type for d, n in props if d.get("tflite.op") in ("SPACE_TO_BATCH_ND", "BATCH_TO_SPACE_ND")}
     assert {"Reshape", "Transpose", "Slice"} <= general
+
+
+@needs_interpreter
+def test_token_id_inputs_are_fed_in_range():
+    """EMBEDDING_LOOKUP / GATHER indexed by a graph input: the check feeds it indices the table has (the
+    interpreter refuses others), and the lookups, TOPK_V2 and the dequantizing per-row lookup match LiteRT."""
+    from fixer.importers.tflite_check import seeded_inputs
+
+    imp = read_tflite(DATA / "int8_text.tflite")
+    assert imp.index_bounds == {"token_ids": 50, "positions": 12}
+    for feed in seeded_inputs(imp, seed=0, samples=3):
+        assert 0 <= feed["token_ids"].min() and feed["token_ids"].max() < 50 and feed["positions"].max() < 12
+        assert len(set(feed["token_ids"].tolist())) > 3
+    check = check_import(imp, imp.data, samples=3)
+    assert check.ok and check.op_max_lsb == 0, check.summary()
+    assert {o.name: o.exact_fraction for o in check.outputs} == {"topk_values": 1.0, "topk_indices": 1.0,
+                                                                 "dense_embedding": 1.0}

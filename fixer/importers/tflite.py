@@ -93,6 +93,9 @@ class ImportedTFLite:
     #: The interpreter check, once run (:func:`fixer.importers.tflite_check.check_import`).
     check: object | None = None
     source_format: str = "tflite"
+    #: Integer graph input -> the size of the axis it indexes (GATHER / EMBEDDING_LOOKUP indices): the
+    #: import check feeds such an input values in [0, size), as the interpreter refuses others.
+    index_bounds: dict[str, int] = field(default_factory=dict)
 
 
 def read_tflite(path: Path) -> ImportedTFLite:
@@ -226,6 +229,8 @@ class _Importer:
         for t in in_idx + out_idx:
             if t not in io_names:
                 io_names[t] = self.uniq(self.tname(t))
+        self.input_tensor_names = {t: io_names[t] for t in in_idx}
+        self.index_bounds: dict[str, int] = {}
         graph_inputs = []
         self.cur = {"nafix.tflite.edge": "input"}
         for t in in_idx:
@@ -307,6 +312,7 @@ class _Importer:
             model=model, quantized_outputs=dict(self.qouts), ops=op_records, op_counts=dict(counts),
             input_names=[io_names[t] for t in in_idx], output_names=[io_names[t] for t in out_idx],
             io_tensors={io_names[t]: t for t in in_idx + out_idx}, data=self.data,
+            index_bounds=dict(self.index_bounds),
         )
 
     def _prune(self, outputs: list[str]):

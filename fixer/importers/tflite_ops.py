@@ -16,6 +16,9 @@ import math
 
 import numpy as np
 
+import onnx
+
+from . import tflite as _t
 from .tflite import NCHW, _bias, _broadcast_operand, _no_hybrid, _reduce, _weights
 
 _INT_MIN = -(2**31)  # a Slice end "through index 0" with a negative step
@@ -281,6 +284,51 @@ def _gather_nd(imp, ins, outs, opts):
     imp.emit(y, imp.node("GatherND", [imp.fval(x, False), imp.init("indices", np.asarray(idx, np.int64))])[0], False)
 
 
+def _note_indices(imp, idx: int, size: int) -> None:
+    """``idx`` indexes an axis of ``size``: when it is a graph input, the check feeds it values in range."""
+    name = imp.input_tensor_names.get(idx)
+    if name is not None:
+        imp.index_bounds[name] = min(size, imp.index_bounds.get(name, size))
+
+
+def _gather(imp, ins, outs, opts):
+    """GATHER; with indices that are not constant (token ids, positions given as an input) a Gather of
+    the integer tensor of indices."""
+    x, idx, y = ins[0], ins[1], outs[0]
+    if imp.const_array(idx) is not None:
+        _t._gather(imp, ins, outs, opts)
+        return
+    if opts is not None and opts.BatchDims():
+        imp.fail(f"GATHER '{imp.tname(y)}' with batch_dims {opts.BatchDims()} is not supported.")
+    axis = (opts.Axis() if opts is not None else 0) % imp.rank(x)
+    _note_indices(imp, idx, imp.shape(x)[axis])
+    imp.emit(y, imp.node("Gather", [imp.fval(x, False), imp.fval(idx, False)], axis=axis)[0], False)
+
+
+def _embedding_lookup(imp, ins, outs, opts):
+    """EMBEDDING_LOOKUP(ids, table): the rows of the table (an int8 table with per-row scales and a float
+    output is TFLite's dequantizing lookup, which the DequantizeLinear of the table is too)."""
+    ids, table, y = ins[0], ins[1], outs[0]
+    const = imp.const_array(ids)
+    idx = imp.init("indices", np.asarray(const, np.int64)) if const is not None else imp.fval(ids, False)
+    if const is None:
+        _note_indices(imp, ids, imp.shape(table)[0])
+    imp.emit(y, imp.node("Gather", [imp.fval(table, False), idx], axis=0)[0], False)
+
+
+def _topk(imp, ins, outs, opts):
+    """TOPK_V2 along the last axis: values (sorted, largest first) and int32 indices."""
+    x = ins[0]
+    k = int(_const_ints(imp, ins[1], "TOPK_V2", outs[0])[0])
+    values, indices = imp.node("TopK", [imp.fval(x, False), imp.ints([k], "k")],
+                               [imp.uniq(f"topk_{len(imp.nodes)}_values"), imp.uniq(f"topk_{len(imp.nodes)}_indices")],
+                               axis=-1, largest=1, sorted=1)
+    imp.emit(outs[0], values, False)
+    if len(outs) > 1:
+        to = imp.onnx_type(outs[1])
+        imp.emit(outs[1], imp.node("Cast", [indices], to=to)[0] if to != onnx.TensorProto.INT64 else indices, False)
+
+
 def _mirror_pad(imp, ins, outs, opts):
     x, y = ins[0], outs[0]
     pads = imp.const_array(ins[1])
@@ -509,6 +557,7 @@ HANDLERS = {
     "LOG_SOFTMAX": _log_softmax, "L2_NORMALIZATION": _l2_normalization, "BATCH_MATMUL": _batch_matmul,
     "CUMSUM": _cumsum,
     # data movement
+    "GATHER": _gather, "EMBEDDING_LOOKUP": _embedding_lookup, "TOPK_V2": _topk,
     "UNPACK": _unpack, "BROADCAST_TO": _broadcast_to, "REVERSE_V2": _reverse_v2, "GATHER_ND": _gather_nd,
     "MIRROR_PAD": _mirror_pad, "SPACE_TO_BATCH_ND": _space_to_batch, "BATCH_TO_SPACE_ND": _batch_to_space,
     "CAST": _cast, "ZEROS_LIKE": _zeros_like, "FILL": _fill, "RANGE": _range,

@@ -887,11 +887,36 @@ def float_ops() -> bytes:
     return m.build()
 
 
+def int8_text() -> bytes:
+    """Token ids in: EMBEDDING_LOOKUP of an int8 table (int8 out) and of a per-row int8 table (float out,
+    TFLite's dequantizing lookup), GATHER of position embeddings by an input, ADD, FULLY_CONNECTED and
+    TOPK_V2 (int8 values, int32 indices)."""
+    m = Model(seed=24)
+    tr = Traced(m)
+    ids = tr.plain(m.tensor("token_ids", (8,), "int32"), m.rng.integers(0, 50, 8))
+    positions = tr.plain(m.tensor("positions", (8,), "int32"), np.arange(8))
+    table = tr.const("embedding/table", m.rng.normal(0, 1, (50, 16)))
+    emb = tr.op("EMBEDDING_LOOKUP", [ids, table], lambda i, t: t[i], "embedding", q=tr._same(table))
+    pos_table = tr.const("position/table", m.rng.normal(0, 0.5, (12, 16)))
+    pos = tr.op("GATHER", [pos_table, positions], lambda t, i: t[i], "position", "GatherOptions", {"Axis": 0},
+                q=tr._same(pos_table))
+    h = tr.op("ADD", [emb, pos], np.add, "embedded", "AddOptions", {"FusedActivationFunction": NONE})
+    logits = tr.fc("classifier", h, 10)
+    values = m.act("topk_values", (8, 3), *tr._same(logits))
+    indices = m.tensor("topk_indices", (8, 3), "int32")
+    m.op("TOPK_V2", [logits, m.const("topk/k", [3], "int32")], [values, indices])
+    per_row = m.qweights("embedding/per_row_table", (50, 4), 0)
+    dense = m.tensor("dense_embedding", (8, 4), "float32")
+    m.op("EMBEDDING_LOOKUP", [ids, per_row], [dense])
+    m.inputs, m.outputs = [ids, positions], [values, indices, dense]
+    return m.build()
+
+
 MODELS = {
     "movenet_like.tflite": movenet_like, "int8_cnn.tflite": int8_cnn, "int8_misc.tflite": int8_misc,
     "int8_more.tflite": int8_more, "int8_layout.tflite": int8_layout, "float_model.tflite": float_model,
     "uint8_model.tflite": uint8_model, "int8_transformer.tflite": int8_transformer,
-    "int8_ops.tflite": int8_ops, "float_ops.tflite": float_ops,
+    "int8_ops.tflite": int8_ops, "int8_text.tflite": int8_text, "float_ops.tflite": float_ops,
     "hybrid.tflite": hybrid,
     "custom_op.tflite": lambda: custom_op(False), "flex_op.tflite": lambda: custom_op(True),
     "float16.tflite": float16, "unsupported_op.tflite": unsupported_op,
