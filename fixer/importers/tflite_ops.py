@@ -6,8 +6,8 @@ Each handler maps the operator to ONNX operators that compute what the TFLite ke
 dequantized values (a quantized tensor stays ``QuantizeLinear -> int8 -> DequantizeLinear`` as for
 every operator), and every one is checked against the interpreter op by op like the others
 (:mod:`fixer.importers.tflite_check`). Where ONNX (opset 14) has no single operator, the handler emits
-the composition and stamps every node with the TFLite operator (GELU: ``Erf`` or ``Tanh`` form; RSQRT:
-``Sqrt -> Reciprocal``; SQUARED_DIFFERENCE: ``Sub -> Mul``).
+the composition and stamps every node with the TFLite operator (GELU: the ``Erf`` form PyTorch's ONNX
+export writes, or the ``Tanh`` form; SQUARED_DIFFERENCE: ``Sub -> Mul``); RSQRT is one ``Pow(x, -0.5)``.
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ def _unary(op_type, **attrs):
 
 
 def _rsqrt(imp, x):
-    return imp.node("Reciprocal", [imp.node("Sqrt", [x])[0]])[0]
+    """x ** -0.5: one node, as the TFLite operator is one layer (not Sqrt -> Reciprocal, two SW epochs
+    in placement)."""
+    return imp.node("Pow", [x, imp.init("rsqrt_exponent", np.float32(-0.5))])[0]
 
 
 def _sqrt(imp, ins, outs, opts):
