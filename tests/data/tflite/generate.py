@@ -912,6 +912,37 @@ def int8_text() -> bytes:
     return m.build()
 
 
+def vit_encoder(tokens: int, dim: int, layers: int, heads: int, mlp: int, seed: int = 0) -> bytes:
+    """An int8 ViT encoder of ``layers`` pre-norm blocks on ``tokens`` x ``dim`` patch embeddings (seeded
+    random weights, calibrated scales): not committed; ``scripts/tflite_vit_estimate.py`` estimates the
+    published ViT sizes with it."""
+    m = Model(seed=seed)
+    tr = Traced(m)
+    hd = dim // heads
+    x = tr.input("tokens", (1, tokens, dim), 1 / 32, 0)
+    for layer in range(layers):
+        p = f"block{layer}/"
+        ln1 = tr.layer_norm(p + "ln1", x, squared_difference=True)
+        qh, kh, vh = (tr.transpose(p + f"{n}_heads", tr.reshape(p + f"{n}_split", tr.fc(p + n, ln1, dim),
+                                                               [1, tokens, heads, hd]), [0, 2, 1, 3]) for n in "qkv")
+        scores = tr.op("BATCH_MATMUL", [qh, kh], lambda a, b: a @ np.swapaxes(b, -1, -2), p + "scores",
+                       "BatchMatMulOptions", {"AdjX": False, "AdjY": True})
+        scaled = tr.op("MUL", [scores, tr.const(p + "scale", [0.1 / np.sqrt(hd)])], np.multiply, p + "scaled",
+                       "MulOptions", {"FusedActivationFunction": NONE})
+        probs = tr.op("SOFTMAX", [scaled], _softmax, p + "softmax", "SoftmaxOptions", {"Beta": 1.0}, q=(1 / 256, -128))
+        ctx = tr.op("BATCH_MATMUL", [probs, vh], np.matmul, p + "context", "BatchMatMulOptions",
+                    {"AdjX": False, "AdjY": False})
+        merged = tr.reshape(p + "merge", tr.transpose(p + "context_tokens", ctx, [0, 2, 1, 3]), [1, tokens, dim])
+        x = tr.op("ADD", [x, tr.fc(p + "proj", merged, dim)], np.add, p + "residual1", "AddOptions",
+                  {"FusedActivationFunction": NONE})
+        h = tr.fc(p + "fc1", tr.layer_norm(p + "ln2", x, squared_difference=True), mlp)
+        g = tr.op("GELU", [h], _gelu, p + "gelu", "GeluOptions", {"Approximate": False})
+        x = tr.op("ADD", [x, tr.fc(p + "fc2", g, dim)], np.add, p + "residual2", "AddOptions",
+                  {"FusedActivationFunction": NONE})
+    m.inputs, m.outputs = [0], [x]
+    return m.build()
+
+
 MODELS = {
     "movenet_like.tflite": movenet_like, "int8_cnn.tflite": int8_cnn, "int8_misc.tflite": int8_misc,
     "int8_more.tflite": int8_more, "int8_layout.tflite": int8_layout, "float_model.tflite": float_model,
