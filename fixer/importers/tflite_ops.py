@@ -439,17 +439,21 @@ def _only_consumer(t: int, consumers, graph_outputs) -> int | None:
 
 def _dilated_conv_pattern(imp, ops, i, consumers, out_of):
     stb = ops[i][0]
+    if stb.InputsLength() != 3 or len(out_of[i]) != 1:
+        return None
     stb_in, block_t, pads_t = (int(stb.Inputs(k)) for k in range(3))
     j = _only_consumer(out_of[i][0], consumers, imp.graph_outputs)
     if j is None or ops[j][1] not in ("CONV_2D", "DEPTHWISE_CONV_2D"):
         return None
     conv, conv_name = ops[j]
-    if int(conv.Inputs(0)) != out_of[i][0]:
+    if conv.InputsLength() < 2 or int(conv.Inputs(0)) != out_of[i][0] or len(out_of[j]) != 1:
         return None
     k = _only_consumer(out_of[j][0], consumers, imp.graph_outputs)
     if k is None or ops[k][1] != "BATCH_TO_SPACE_ND":
         return None
     bts = ops[k][0]
+    if bts.InputsLength() != 3 or int(bts.Inputs(0)) != out_of[j][0] or len(out_of[k]) != 1:
+        return None
     opts = imp.options(conv, conv_name)
     if opts is None or opts.Padding() != imp.tfl.Padding.VALID or (opts.StrideH(), opts.StrideW()) != (1, 1) \
             or (opts.DilationHFactor() or 1, opts.DilationWFactor() or 1) != (1, 1):
