@@ -93,6 +93,9 @@ class ImportedTFLite:
     #: The interpreter check, once run (:func:`fixer.importers.tflite_check.check_import`).
     check: object | None = None
     source_format: str = "tflite"
+    #: Integer graph input -> the size of the axis it indexes (GATHER / EMBEDDING_LOOKUP indices): the
+    #: import check feeds such an input values in [0, size), as the interpreter refuses others.
+    index_bounds: dict[str, int] = field(default_factory=dict)
 
 
 def read_tflite(path: Path) -> ImportedTFLite:
@@ -226,6 +229,8 @@ class _Importer:
         for t in in_idx + out_idx:
             if t not in io_names:
                 io_names[t] = self.uniq(self.tname(t))
+        self.input_tensor_names = {t: io_names[t] for t in in_idx}
+        self.index_bounds: dict[str, int] = {}
         graph_inputs = []
         self.cur = {"nafix.tflite.edge": "input"}
         for t in in_idx:
@@ -241,6 +246,8 @@ class _Importer:
             del ten
 
         op_records: list[tuple[str, list[int]]] = []
+        self.at = "the operator patterns"
+        plan = plan_fusions(self, ops)  # operator index -> the handler that replaces its own
         for i, (op, name) in enumerate(ops):
             self.at = f"operator {i} ({name})"
             opts = self.options(op, name)
@@ -253,7 +260,7 @@ class _Importer:
                 self.cur["tflite.options"] = json.dumps(extra, sort_keys=True)
             ins = [int(op.Inputs(j)) for j in range(op.InputsLength())]
             outs = [int(op.Outputs(j)) for j in range(op.OutputsLength())]
-            _HANDLERS[name](self, ins, outs, opts)
+            plan.get(i, _HANDLERS[name])(self, ins, outs, opts)
             op_records.append((name, [t for t in outs if t in self.qouts]))
         self.cur = None
         self.at = "the graph outputs"
@@ -305,6 +312,7 @@ class _Importer:
             model=model, quantized_outputs=dict(self.qouts), ops=op_records, op_counts=dict(counts),
             input_names=[io_names[t] for t in in_idx], output_names=[io_names[t] for t in out_idx],
             io_tensors={io_names[t]: t for t in in_idx + out_idx}, data=self.data,
+            index_bounds=dict(self.index_bounds),
         )
 
     def _prune(self, outputs: list[str]):
@@ -653,9 +661,10 @@ def _layout_tag(nchw: bool) -> str:
     return "NHWC->NCHW" if nchw else "NCHW->NHWC"
 
 
-_BOOL_OPTIONS = ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims")
+_BOOL_OPTIONS = ("AlignCorners", "HalfPixelCenters", "KeepDims", "KeepNumDims", "AdjX", "AdjY", "Approximate",
+                 "Exclusive", "Reverse")
 _NUMBER_OPTIONS = ("Axis", "Beta", "Alpha", "BlockSize", "StrideH", "StrideW", "DilationHFactor",
-                   "DilationWFactor", "FilterHeight", "FilterWidth", "DepthMultiplier", "NumSplits")
+                   "DilationWFactor", "FilterHeight", "FilterWidth", "DepthMultiplier", "NumSplits", "Num", "Mode")
 
 
 def _describe_options(opts) -> dict:
@@ -1276,6 +1285,12 @@ _HANDLERS = {
     "SPACE_TO_DEPTH": _d2s("SpaceToDepth"), "GATHER": _gather, "ARG_MAX": _arg("ArgMax"),
     "ARG_MIN": _arg("ArgMin"),
 }
+
+# The transformer, element-wise, comparison and data-movement operators (fixer/importers/tflite_ops.py).
+from .tflite_ops import HANDLERS as _MORE_HANDLERS, OPTIONS as _MORE_OPTIONS, plan_fusions  # noqa: E402
+
+_HANDLERS.update(_MORE_HANDLERS)
+_OPTIONS.update(_MORE_OPTIONS)
 
 #: TFLite builtin operators the importer converts (documented in docs/TFLITE.md).
 SUPPORTED_OPS = tuple(sorted(_HANDLERS))

@@ -124,6 +124,8 @@ def seeded_inputs(imp: ImportedTFLite, *, seed: int, samples: int) -> list[dict[
                 feed[name] = uniform(rng, lo, hi, shape, dt)
             elif dt == np.bool_:
                 feed[name] = rng.integers(0, 2, size=shape).astype(dt)
+            elif name in imp.index_bounds:  # indices: the interpreter refuses one out of range
+                feed[name] = rng.integers(0, imp.index_bounds[name], size=shape).astype(dt)
             else:
                 info = np.iinfo(dt)
                 lo, hi = max(info.min, -128), min(info.max, 255)

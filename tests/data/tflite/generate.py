@@ -38,8 +38,10 @@ import tflite
 
 HERE = Path(__file__).resolve().parent
 TYPES = {"float32": tflite.TensorType.FLOAT32, "float16": tflite.TensorType.FLOAT16,
-         "int32": tflite.TensorType.INT32, "uint8": tflite.TensorType.UINT8, "int8": tflite.TensorType.INT8}
-NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "uint8": np.uint8, "int8": np.int8}
+         "int32": tflite.TensorType.INT32, "uint8": tflite.TensorType.UINT8, "int8": tflite.TensorType.INT8,
+         "bool": tflite.TensorType.BOOL}
+NP = {"float32": np.float32, "float16": np.float16, "int32": np.int32, "uint8": np.uint8, "int8": np.int8,
+      "bool": np.bool_}
 
 
 class Model:
@@ -191,7 +193,7 @@ class Model:
             tflite.OperatorCodeStart(b)
             tflite.OperatorCodeAddDeprecatedBuiltinCode(b, min(code, 127))
             tflite.OperatorCodeAddBuiltinCode(b, code)
-            tflite.OperatorCodeAddVersion(b, 1)
+            tflite.OperatorCodeAddVersion(b, VERSIONS.get(code, 1))
             if cc is not None:
                 tflite.OperatorCodeAddCustomCode(b, cc)
             code_offs.append(tflite.OperatorCodeEnd(b))
@@ -209,6 +211,8 @@ class Model:
         return bytes(b.Output())
 
 
+#: Operator versions other than 1 (LiteRT registers BROADCAST_TO from version 2).
+VERSIONS = {tflite.BuiltinOperator.BROADCAST_TO: 2}
 SAME, VALID = tflite.Padding.SAME, tflite.Padding.VALID
 RELU, RELU6, NONE = (tflite.ActivationFunctionType.RELU, tflite.ActivationFunctionType.RELU6,
                      tflite.ActivationFunctionType.NONE)
@@ -529,15 +533,421 @@ def unsupported_op() -> bytes:
     m = Model(seed=6)
     x = m.tensor("input", (1, 4), "float32")
     y = m.tensor("output", (1, 4), "float32")
-    m.op("COS", [x], [y])
+    m.op("UNIQUE", [x], [y])
     m.inputs, m.outputs = [x], [y]
+    return m.build()
+
+
+# -- calibrated int8 models: every activation's scale from a float pass on a seeded input ----------------
+
+
+def _qparams(v: np.ndarray) -> tuple[float, int]:
+    """Asymmetric int8 parameters covering ``v`` (and 0), as a post-training calibration picks them."""
+    lo, hi = min(float(v.min()), 0.0), max(float(v.max()), 0.0)
+    scale = max(hi - lo, 1e-6) / 255.0
+    return scale, int(np.clip(round(-128 - lo / scale), -128, 127))
+
+
+class Traced:
+    """Builds a TFLite model while computing each tensor's (dequantized) value on one input, so each
+    activation gets the scale a calibration would give it (values use the int8 range, none saturate)."""
+
+    def __init__(self, m: Model):
+        self.m, self.val = m, {}
+
+    def input(self, name, shape, scale, zp):
+        t = self.m.act(name, shape, scale, zp)
+        self.val[t] = (self.m.rng.integers(-128, 128, size=shape) - zp) * scale
+        return t
+
+    def const(self, name, arr):
+        arr = np.asarray(arr, np.float64)
+        s, z = _qparams(arr)
+        q = np.clip(np.rint(arr / s) + z, -128, 127)
+        t = self.m.const(name, q, "int8", scale=s, zp=z)
+        self.val[t] = (q - z) * s
+        return t
+
+    def op(self, opname, ins, fn, name, options=None, fields=None, q=None):
+        v = np.asarray(fn(*[self.val[i] for i in ins]), np.float64)
+        s, z = q or _qparams(np.concatenate([1.5 * v.reshape(-1), [0.0]]))  # headroom: other inputs, same range
+        t = self.m.act(name, v.shape, s, z)
+        self.m.op(opname, ins, [t], options, fields)
+        self.val[t] = (np.clip(np.rint(v / s) + z, -128, 127) - z) * s
+        return t
+
+    def plain(self, t, value):
+        """Record the value of a tensor made outside :meth:`op` (int32/bool outputs, constants)."""
+        self.val[t] = np.asarray(value)
+        return t
+
+    def fc(self, name, x, n_out, act=NONE):
+        xs = self.m.tensors[x]["shape"]
+        w = self.m.qweights(name + "/weights", (n_out, xs[-1]), 0)
+        b = self.m.bias(name + "/bias", n_out, self.m.scale_of(x), w)
+        wv = self.m.tensors[w]["data"] * np.asarray(self.m.tensors[w]["scale"])[:, None]
+        bv = self.m.tensors[b]["data"] * np.asarray(self.m.tensors[b]["scale"])
+        relu = (lambda v: np.maximum(v, 0)) if act == RELU else (lambda v: v)
+        self.val[w], self.val[b] = wv, bv
+        return self.op("FULLY_CONNECTED", [x, w, b], lambda xv, wv, bv: relu(xv @ wv.T + bv), name,
+                       "FullyConnectedOptions", {"FusedActivationFunction": act, "KeepNumDims": True})
+
+    def layer_norm(self, name, x, squared_difference: bool):
+        """TFLite's LayerNorm: MEAN, SUB, (SQUARED_DIFFERENCE or MUL), MEAN, ADD eps, RSQRT, MUL, MUL, ADD."""
+        c = self.m.tensors[x]["shape"][-1]
+        ax = self.m.const(name + "/axes", [-1], "int32")
+        self.val[ax] = None
+        mean = lambda v, _=None: v.mean(axis=-1, keepdims=True)  # noqa: E731
+        mu = self.op("MEAN", [x, ax], mean, name + "/mean", "ReducerOptions", {"KeepDims": True})
+        d = self.op("SUB", [x, mu], np.subtract, name + "/centered", "SubOptions", {"FusedActivationFunction": NONE})
+        if squared_difference:
+            sq = self.op("SQUARED_DIFFERENCE", [x, mu], lambda a, b: (a - b) ** 2, name + "/squared_difference")
+        else:
+            sq = self.op("MUL", [d, d], np.multiply, name + "/square", "MulOptions", {"FusedActivationFunction": NONE})
+        var = self.op("MEAN", [sq, ax], mean, name + "/variance", "ReducerOptions", {"KeepDims": True})
+        eps = self.const(name + "/epsilon", [1e-3])
+        ve = self.op("ADD", [var, eps], np.add, name + "/add_eps", "AddOptions", {"FusedActivationFunction": NONE})
+        r = self.op("RSQRT", [ve], lambda v: 1 / np.sqrt(v), name + "/rsqrt")
+        n = self.op("MUL", [d, r], np.multiply, name + "/normalized", "MulOptions", {"FusedActivationFunction": NONE})
+        g = self.const(name + "/gamma", self.m.rng.uniform(0.5, 1.5, c))
+        gn = self.op("MUL", [n, g], np.multiply, name + "/scaled", "MulOptions", {"FusedActivationFunction": NONE})
+        be = self.const(name + "/beta", self.m.rng.normal(0, 0.2, c))
+        return self.op("ADD", [gn, be], np.add, name, "AddOptions", {"FusedActivationFunction": NONE})
+
+    def reshape(self, name, x, shape):
+        st = self.m.const(name + "/shape", shape, "int32")
+        self.val[st] = None
+        return self.op("RESHAPE", [x, st], lambda v, _: v.reshape(shape), name,
+                       q=self._same(x))
+
+    def transpose(self, name, x, perm):
+        pt = self.m.const(name + "/perm", perm, "int32")
+        self.val[pt] = None
+        return self.op("TRANSPOSE", [x, pt], lambda v, _: v.transpose(perm), name, q=self._same(x))
+
+    def _same(self, t):
+        return self.m.scale_of(t), int(self.m.tensors[t]["zp"][0])
+
+
+def _softmax(v, axis=-1):
+    e = np.exp(v - v.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def _gelu(v, approximate=False):
+    if approximate:
+        return 0.5 * v * (1 + np.tanh(np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))
+    from math import erf
+    return 0.5 * v * (1 + np.vectorize(erf)(v / np.sqrt(2)))
+
+
+def int8_transformer() -> bytes:
+    """A ViT encoder block, int8 as the TFLite converter writes it: LayerNorm (MEAN, SUB,
+    SQUARED_DIFFERENCE / MUL, RSQRT), two-head self-attention (FULLY_CONNECTED q/k/v, RESHAPE,
+    TRANSPOSE, BATCH_MATMUL with adj_y, MUL by 1/sqrt(d), SOFTMAX, BATCH_MATMUL), a GELU MLP and the two
+    residual ADDs."""
+    m = Model(seed=21)
+    tr = Traced(m)
+    tokens, dim, heads = 16, 32, 2
+    hd = dim // heads
+    x = tr.input("tokens", (1, tokens, dim), 1 / 32, 0)
+    ln1 = tr.layer_norm("ln1", x, squared_difference=True)
+    q, k, v = (tr.fc(f"attn/{n}", ln1, dim) for n in "qkv")
+    qh, kh, vh = (tr.transpose(f"attn/{n}_heads", tr.reshape(f"attn/{n}_split", t, [1, tokens, heads, hd]),
+                               [0, 2, 1, 3]) for n, t in zip("qkv", (q, k, v)))
+    scores = tr.op("BATCH_MATMUL", [qh, kh], lambda a, b: a @ np.swapaxes(b, -1, -2), "attn/scores",
+                   "BatchMatMulOptions", {"AdjX": False, "AdjY": True})
+    scale = tr.const("attn/scale", [0.1 / np.sqrt(hd)])  # (a softer softmax than 1/sqrt(d) on random weights)
+    scaled = tr.op("MUL", [scores, scale], np.multiply, "attn/scaled", "MulOptions", {"FusedActivationFunction": NONE})
+    probs = tr.op("SOFTMAX", [scaled], _softmax, "attn/softmax", "SoftmaxOptions", {"Beta": 1.0}, q=(1 / 256, -128))
+    ctx = tr.op("BATCH_MATMUL", [probs, vh], np.matmul, "attn/context", "BatchMatMulOptions",
+                {"AdjX": False, "AdjY": False})
+    merged = tr.reshape("attn/merge", tr.transpose("attn/context_tokens", ctx, [0, 2, 1, 3]), [1, tokens, dim])
+    proj = tr.fc("attn/proj", merged, dim)
+    res1 = tr.op("ADD", [x, proj], np.add, "residual1", "AddOptions", {"FusedActivationFunction": NONE})
+    ln2 = tr.layer_norm("ln2", res1, squared_difference=False)
+    h = tr.fc("mlp/fc1", ln2, 2 * dim)
+    g = tr.op("GELU", [h], _gelu, "mlp/gelu", "GeluOptions", {"Approximate": False})
+    o = tr.fc("mlp/fc2", g, dim)
+    out = tr.op("ADD", [res1, o], np.add, "output", "AddOptions", {"FusedActivationFunction": NONE})
+    m.inputs, m.outputs = [x], [out]
+    return m.build()
+
+
+def _conv1x1(v, w, b):
+    return v @ w.T + b
+
+
+def _depthwise_valid(v, w, b):
+    """NHWC depthwise convolution, VALID padding, stride 1 (w: [1, kh, kw, c])."""
+    _, kh, kw, _ = w.shape
+    n, h, wd, c = v.shape
+    out = np.zeros((n, h - kh + 1, wd - kw + 1, c))
+    for i in range(kh):
+        for j in range(kw):
+            out += v[:, i:i + h - kh + 1, j:j + wd - kw + 1, :] * w[0, i, j, :]
+    return out + b
+
+
+def _space_to_batch(v, block, pads):
+    (bh, bw), ((pt, pb), (pl, pr)) = block, pads
+    v = np.pad(v, ((0, 0), (pt, pb), (pl, pr), (0, 0)))
+    n, h, w, c = v.shape
+    v = v.reshape(n, h // bh, bh, w // bw, bw, c).transpose(2, 4, 0, 1, 3, 5)
+    return v.reshape(bh * bw * n, h // bh, w // bw, c)
+
+
+def _batch_to_space(v, block):
+    bh, bw = block
+    b, h, w, c = v.shape
+    n = b // (bh * bw)
+    return v.reshape(bh, bw, n, h, w, c).transpose(2, 3, 0, 4, 1, 5).reshape(n, h * bh, w * bw, c)
+
+
+def int8_ops() -> bytes:
+    """The other int8 operators of LiteRT's builtin set, on tensors the import carries NCHW (after a
+    CONV_2D) and on 2-D / 3-D ones: MIRROR_PAD (reflect and symmetric), REVERSE_V2, GREATER, LESS_EQUAL,
+    EQUAL, NOT_EQUAL, LOGICAL_AND / OR / NOT, SELECT_V2, REDUCE_MIN, UNPACK, BATCH_MATMUL (constant
+    right-hand side with adj_y, adj_x), BROADCAST_TO, GATHER_ND, SPACE_TO_BATCH_ND -> DEPTHWISE_CONV_2D ->
+    BATCH_TO_SPACE_ND (a dilated convolution as older converters write it, imported as one Conv) and
+    SPACE_TO_BATCH_ND -> ABS -> BATCH_TO_SPACE_ND with crops (the general form), ELU, RELU_0_TO_1, GELU
+    (tanh approximation), LOG_SOFTMAX (4-D), L2_NORMALIZATION, NEG, ABS, EXP, LOG, RSQRT, SQRT,
+    SQUARED_DIFFERENCE."""
+    m = Model(seed=22)
+    tr = Traced(m)
+    x = tr.input("input", (1, 8, 8, 4), 1 / 32, 0)
+    w = m.qweights("conv/weights", (8, 1, 1, 4), 0)
+    b = m.bias("conv/bias", 8, 1 / 32, w)
+    tr.plain(w, m.tensors[w]["data"][:, 0, 0, :] * np.asarray(m.tensors[w]["scale"])[:, None])
+    tr.plain(b, m.tensors[b]["data"] * np.asarray(m.tensors[b]["scale"]))
+    c = tr.op("CONV_2D", [x, w, b], _conv1x1, "conv", "Conv2DOptions",
+              {"Padding": SAME, "StrideW": 1, "StrideH": 1, "FusedActivationFunction": NONE,
+               "DilationWFactor": 1, "DilationHFactor": 1})
+    same = tr._same(c)
+
+    def ints(name, values):
+        return tr.plain(m.const(name, values, "int32"), np.asarray(values))
+
+    reflect = ints("mirror_reflect/paddings", [[0, 0], [1, 1], [2, 2], [0, 0]])
+    mp = tr.op("MIRROR_PAD", [c, reflect], lambda v, p: np.pad(v, p, mode="reflect"), "mirror_reflect",
+               "MirrorPadOptions", {"Mode": tflite.MirrorPadMode.REFLECT}, q=same)
+    symmetric = ints("mirror_symmetric/paddings", [[0, 0], [0, 0], [1, 2], [0, 1]])
+    ms = tr.op("MIRROR_PAD", [c, symmetric], lambda v, p: np.pad(v, p, mode="symmetric"), "mirror_symmetric",
+               "MirrorPadOptions", {"Mode": tflite.MirrorPadMode.SYMMETRIC}, q=same)
+    rv = tr.op("REVERSE_V2", [c, ints("reverse/axes", [2])], lambda v, a: np.flip(v, 2), "reverse", q=same)
+
+    def boolean(op, ins, fn, name):
+        t = m.tensor(name, np.shape(fn(*[tr.val[i] for i in ins])), "bool")
+        m.op(op, ins, [t])
+        return tr.plain(t, fn(*[tr.val[i] for i in ins]))
+
+    gt = boolean("GREATER", [c, rv], np.greater, "greater")
+    thr = tr.const("threshold", [0.25])
+    le = boolean("LESS_EQUAL", [c, thr], np.less_equal, "less_equal")
+    eq = boolean("EQUAL", [c, rv], np.equal, "equal")
+    ne = boolean("NOT_EQUAL", [c, thr], np.not_equal, "not_equal")
+    both = boolean("LOGICAL_AND", [gt, le], np.logical_and, "logical_and")
+    neither = boolean("LOGICAL_NOT", [both], np.logical_not, "logical_not")
+    cond = boolean("LOGICAL_OR", [neither, eq], np.logical_or, "logical_or")
+    sel = tr.op("SELECT_V2", [gt, c, rv], np.where, "select_v2", q=same)
+    fill = m.const("select_fill", [np.clip(np.rint(0.5 / same[0]) + same[1], -128, 127)], "int8",
+                   scale=same[0], zp=same[1])
+    tr.plain(fill, np.asarray([0.5]))
+    sel2 = tr.op("SELECT_V2", [cond, sel, fill], np.where, "select_v2_fill", q=same)
+    sel3 = tr.op("SELECT_V2", [ne, sel2, c], np.where, "select_v2_ne", q=same)
+    rmin = tr.op("REDUCE_MIN", [sel3, ints("reduce_min/axes", [1, 2])], lambda v, a: v.min(axis=(1, 2)),
+                 "reduce_min", "ReducerOptions", {"KeepDims": False}, q=same)
+    # A dilated 3x3 depthwise convolution, as SPACE_TO_BATCH_ND -> DEPTHWISE_CONV_2D -> BATCH_TO_SPACE_ND.
+    stb = tr.op("SPACE_TO_BATCH_ND", [c, ints("dilated/block", [2, 2]), ints("dilated/paddings", [[2, 2], [2, 2]])],
+                lambda v, bl, p: _space_to_batch(v, (2, 2), ((2, 2), (2, 2))), "dilated/space_to_batch", q=same)
+    dw = m.qweights("dilated/weights", (1, 3, 3, 8), 3)
+    db = m.bias("dilated/bias", 8, same[0], dw)
+    tr.plain(dw, m.tensors[dw]["data"] * np.asarray(m.tensors[dw]["scale"]))
+    tr.plain(db, m.tensors[db]["data"] * np.asarray(m.tensors[db]["scale"]))
+    dconv = tr.op("DEPTHWISE_CONV_2D", [stb, dw, db], _depthwise_valid, "dilated/depthwise", "DepthwiseConv2DOptions",
+                  {"Padding": VALID, "StrideW": 1, "StrideH": 1, "DepthMultiplier": 1,
+                   "FusedActivationFunction": NONE, "DilationWFactor": 1, "DilationHFactor": 1})
+    bts = tr.op("BATCH_TO_SPACE_ND", [dconv, ints("dilated/block2", [2, 2]), ints("dilated/crops", [[0, 0], [0, 0]])],
+                lambda v, bl, cr: _batch_to_space(v, (2, 2)), "dilated", q=tr._same(dconv))
+    # Not a dilated convolution (ABS between them, crops): the general SPACE_TO_BATCH_ND / BATCH_TO_SPACE_ND.
+    stb2 = tr.op("SPACE_TO_BATCH_ND", [c, ints("batched/block", [2, 2]), ints("batched/paddings", [[0, 0], [2, 0]])],
+                 lambda v, bl, p: _space_to_batch(v, (2, 2), ((0, 0), (2, 0))), "batched/space_to_batch", q=same)
+    babs = tr.op("ABS", [stb2], np.abs, "batched/abs")
+    bts2 = tr.op("BATCH_TO_SPACE_ND", [babs, ints("batched/block2", [2, 2]), ints("batched/crops", [[1, 0], [0, 1]])],
+                 lambda v, bl, cr: _batch_to_space(v, (2, 2))[:, 1:, :-1, :], "batched", q=tr._same(babs))
+    lsm = tr.op("LOG_SOFTMAX", [bts], lambda v: v - v.max(-1, keepdims=True)
+                - np.log(np.exp(v - v.max(-1, keepdims=True)).sum(-1, keepdims=True)), "log_softmax", q=(16 / 256, 127))
+    # 3-D and 2-D tensors: the transformer side.
+    seq = tr.reshape("tokens", c, [2, 32, 8])
+    u0, u1 = (m.act(f"unpack_{k}", (32, 8), *tr._same(seq)) for k in range(2))
+    m.op("UNPACK", [seq], [u0, u1], "UnpackOptions", {"Num": 2, "Axis": 0})
+    tr.plain(u0, tr.val[seq][0])
+    tr.plain(u1, tr.val[seq][1])
+    wk = tr.const("matmul/weights", m.rng.normal(0, 0.5, (16, 8)))
+    bm = tr.op("BATCH_MATMUL", [u0, wk], lambda a, bb: a @ bb.T, "matmul_const", "BatchMatMulOptions",
+               {"AdjX": False, "AdjY": True})
+    gram = tr.op("BATCH_MATMUL", [u1, u0], lambda a, bb: a.T @ bb, "matmul_adj_x", "BatchMatMulOptions",
+                 {"AdjX": True, "AdjY": False})
+    elu = tr.op("ELU", [bm], lambda v: np.where(v > 0, v, np.exp(v) - 1), "elu")
+    ge = tr.op("GELU", [gram], lambda v: _gelu(v, True), "gelu_tanh", "GeluOptions", {"Approximate": True})
+    l2 = tr.op("L2_NORMALIZATION", [ge], lambda v: v / np.sqrt((v * v).sum(-1, keepdims=True)), "l2_normalization",
+               "L2NormOptions", {"FusedActivationFunction": NONE}, q=(1 / 128, 0))
+    r01 = tr.op("RELU_0_TO_1", [l2], lambda v: np.clip(v, 0, 1), "relu_0_to_1")
+    bt = tr.op("BROADCAST_TO", [rmin, ints("broadcast/shape", [4, 8])], lambda v, s: np.broadcast_to(v, (4, 8)),
+               "broadcast_to", q=same)
+    gnd = tr.op("GATHER_ND", [c, ints("gather_nd/indices", [[0, 1, 2], [0, 3, 4], [0, 7, 7]])],
+                lambda v, i: v[0, [1, 3, 7], [2, 4, 7]], "gather_nd", q=same)
+    ng = tr.op("NEG", [gnd], np.negative, "neg", q=(same[0], -same[1]))  # the converter mirrors the zero-point
+    ab = tr.op("ABS", [ng], np.abs, "abs")
+    ex = tr.op("EXP", [ab], np.exp, "exp")
+    lg = tr.op("LOG", [ex], lambda v: np.log(np.maximum(v, 1e-2)), "log")
+    rs = tr.op("RSQRT", [ex], lambda v: 1 / np.sqrt(np.maximum(v, 1e-2)), "rsqrt")
+    sd = tr.op("SQUARED_DIFFERENCE", [lg, rs], lambda a, bb: (a - bb) ** 2, "squared_difference")
+    sr = tr.op("SQRT", [ex], np.sqrt, "sqrt")
+    m.inputs, m.outputs = [x], [mp, ms, lsm, elu, r01, bt, sd, sr, bts2]
+    return m.build()
+
+
+def float_ops() -> bytes:
+    """Float32 operators (several have no int8 kernel in LiteRT): POW, SQRT, RSQRT, SQUARE, NEG, SIN, COS,
+    FLOOR, CEIL, ROUND, SIGN, FLOOR_DIV, FLOOR_MOD, CUMSUM, ADD_N, CAST, SELECT (vector condition), LESS,
+    GREATER_EQUAL, REDUCE_PROD, GELU (erf), BATCH_MATMUL, SQUARED_DIFFERENCE, EXP, LOG, and FILL, ZEROS_LIKE,
+    RANGE folded into constants."""
+    m = Model(seed=23)
+    a = m.tensor("a", (4, 6), "float32")
+    b = m.tensor("b", (4, 6), "float32")
+
+    def t(name, shape=(4, 6), dtype="float32"):
+        return m.tensor(name, shape, dtype)
+
+    def un(op, x, name, shape=(4, 6), **kw):
+        y = t(name, shape)
+        m.op(op, [x], [y], **kw)
+        return y
+
+    def bi(op, x, z, name, shape=(4, 6), dtype="float32", **kw):
+        y = t(name, shape, dtype)
+        m.op(op, [x, z], [y], **kw)
+        return y
+
+    sq = un("SQUARE", a, "square")
+    sqrt = un("SQRT", sq, "sqrt")
+    rs = un("RSQRT", bi("ADD", sq, m.const("one", [1.0], "float32"), "square_plus_one",
+                        options="AddOptions", fields={"FusedActivationFunction": NONE}), "rsqrt")
+    pw = bi("POW", sqrt, m.const("exponent", [1.5], "float32"), "pow")
+    neg = un("NEG", pw, "neg")
+    trig = bi("ADD", un("SIN", a, "sin"), un("COS", b, "cos"), "sin_plus_cos", options="AddOptions",
+              fields={"FusedActivationFunction": NONE})
+    scaled = bi("MUL", a, m.const("three", [3.0], "float32"), "times_three", options="MulOptions",
+                fields={"FusedActivationFunction": NONE})
+    rounding = m.tensor("rounding", (4, 6), "float32")
+    m.op("ADD_N", [un("FLOOR", scaled, "floor"), un("CEIL", scaled, "ceil"), un("ROUND", scaled, "round"),
+                   un("SIGN", b, "sign")], [rounding])
+    divisor = bi("ADD", un("ABS", b, "abs_b"), m.const("half", [0.5], "float32"), "divisor",
+                 options="AddOptions", fields={"FusedActivationFunction": NONE})
+    fdiv = bi("FLOOR_DIV", scaled, divisor, "floor_div")
+    fmod = bi("FLOOR_MOD", a, divisor, "floor_mod")
+    cs = t("cumsum")
+    m.op("CUMSUM", [a, m.const("cumsum/axis", 1, "int32")], [cs], "CumsumOptions", {"Exclusive": True, "Reverse": True})
+    as_int = t("cast_int32", dtype="int32")
+    m.op("CAST", [scaled], [as_int], "CastOptions", {})
+    back = t("cast_float")
+    m.op("CAST", [as_int], [back], "CastOptions", {})
+    row_mask = t("row_mask", (4,), "bool")
+    m.op("GREATER_EQUAL", [m.const("row_index", [0.0, 1.0, 2.0, 3.0], "float32"),
+                           m.const("row_threshold", [2.0], "float32")], [row_mask])
+    picked = t("select_rows")
+    m.op("SELECT", [row_mask, a, b], [picked])
+    lt = t("less", dtype="bool")
+    m.op("LESS", [a, b], [lt])
+    smaller = t("select_less")
+    m.op("SELECT_V2", [lt, a, b], [smaller])
+    prod = t("reduce_prod", (4,))
+    m.op("REDUCE_PROD", [divisor, m.const("reduce_prod/axes", [1], "int32")], [prod], "ReducerOptions",
+         {"KeepDims": False})
+    gelu = un("GELU", b, "gelu", options="GeluOptions", fields={"Approximate": False})
+    bm = t("batch_matmul", (4, 4))
+    m.op("BATCH_MATMUL", [gelu, a], [bm], "BatchMatMulOptions", {"AdjX": False, "AdjY": True})
+    sd = bi("SQUARED_DIFFERENCE", un("EXP", a, "exp"), un("LOG", divisor, "log"), "squared_difference")
+    # Shape arithmetic a converter leaves in: folded to constants by the import.
+    dims = m.const("fill/dims", [4, 6], "int32")
+    filled = t("fill")
+    m.op("FILL", [dims, m.const("fill/value", 0.25, "float32")], [filled])
+    zeros = t("zeros_like")
+    m.op("ZEROS_LIKE", [filled], [zeros])
+    rng = t("range", (6,))
+    m.op("RANGE", [m.const("range/start", 0.0, "float32"), m.const("range/limit", 3.0, "float32"),
+                   m.const("range/delta", 0.5, "float32")], [rng])
+    offset = bi("ADD", bi("ADD", filled, zeros, "fill_plus_zeros", options="AddOptions",
+                          fields={"FusedActivationFunction": NONE}), rng, "offset", options="AddOptions",
+                fields={"FusedActivationFunction": NONE})
+    shifted = bi("ADD", neg, offset, "shifted", options="AddOptions", fields={"FusedActivationFunction": NONE})
+    m.inputs = [a, b]
+    m.outputs = [rs, shifted, trig, rounding, fdiv, fmod, cs, back, picked, smaller, prod, bm, sd]
+    return m.build()
+
+
+def int8_text() -> bytes:
+    """Token ids in: EMBEDDING_LOOKUP of an int8 table (int8 out) and of a per-row int8 table (float out,
+    TFLite's dequantizing lookup), GATHER of position embeddings by an input, ADD, FULLY_CONNECTED and
+    TOPK_V2 (int8 values, int32 indices)."""
+    m = Model(seed=24)
+    tr = Traced(m)
+    ids = tr.plain(m.tensor("token_ids", (8,), "int32"), m.rng.integers(0, 50, 8))
+    positions = tr.plain(m.tensor("positions", (8,), "int32"), np.arange(8))
+    table = tr.const("embedding/table", m.rng.normal(0, 1, (50, 16)))
+    emb = tr.op("EMBEDDING_LOOKUP", [ids, table], lambda i, t: t[i], "embedding", q=tr._same(table))
+    pos_table = tr.const("position/table", m.rng.normal(0, 0.5, (12, 16)))
+    pos = tr.op("GATHER", [pos_table, positions], lambda t, i: t[i], "position", "GatherOptions", {"Axis": 0},
+                q=tr._same(pos_table))
+    h = tr.op("ADD", [emb, pos], np.add, "embedded", "AddOptions", {"FusedActivationFunction": NONE})
+    logits = tr.fc("classifier", h, 10)
+    values = m.act("topk_values", (8, 3), *tr._same(logits))
+    indices = m.tensor("topk_indices", (8, 3), "int32")
+    m.op("TOPK_V2", [logits, m.const("topk/k", [3], "int32")], [values, indices])
+    per_row = m.qweights("embedding/per_row_table", (50, 4), 0)
+    dense = m.tensor("dense_embedding", (8, 4), "float32")
+    m.op("EMBEDDING_LOOKUP", [ids, per_row], [dense])
+    m.inputs, m.outputs = [ids, positions], [values, indices, dense]
+    return m.build()
+
+
+def vit_encoder(tokens: int, dim: int, layers: int, heads: int, mlp: int, seed: int = 0) -> bytes:
+    """An int8 ViT encoder of ``layers`` pre-norm blocks on ``tokens`` x ``dim`` patch embeddings (seeded
+    random weights, calibrated scales): not committed; ``scripts/tflite_vit_estimate.py`` estimates the
+    published ViT sizes with it."""
+    m = Model(seed=seed)
+    tr = Traced(m)
+    hd = dim // heads
+    x = tr.input("tokens", (1, tokens, dim), 1 / 32, 0)
+    for layer in range(layers):
+        p = f"block{layer}/"
+        ln1 = tr.layer_norm(p + "ln1", x, squared_difference=True)
+        qh, kh, vh = (tr.transpose(p + f"{n}_heads", tr.reshape(p + f"{n}_split", tr.fc(p + n, ln1, dim),
+                                                               [1, tokens, heads, hd]), [0, 2, 1, 3]) for n in "qkv")
+        scores = tr.op("BATCH_MATMUL", [qh, kh], lambda a, b: a @ np.swapaxes(b, -1, -2), p + "scores",
+                       "BatchMatMulOptions", {"AdjX": False, "AdjY": True})
+        scaled = tr.op("MUL", [scores, tr.const(p + "scale", [0.1 / np.sqrt(hd)])], np.multiply, p + "scaled",
+                       "MulOptions", {"FusedActivationFunction": NONE})
+        probs = tr.op("SOFTMAX", [scaled], _softmax, p + "softmax", "SoftmaxOptions", {"Beta": 1.0}, q=(1 / 256, -128))
+        ctx = tr.op("BATCH_MATMUL", [probs, vh], np.matmul, p + "context", "BatchMatMulOptions",
+                    {"AdjX": False, "AdjY": False})
+        merged = tr.reshape(p + "merge", tr.transpose(p + "context_tokens", ctx, [0, 2, 1, 3]), [1, tokens, dim])
+        x = tr.op("ADD", [x, tr.fc(p + "proj", merged, dim)], np.add, p + "residual1", "AddOptions",
+                  {"FusedActivationFunction": NONE})
+        h = tr.fc(p + "fc1", tr.layer_norm(p + "ln2", x, squared_difference=True), mlp)
+        g = tr.op("GELU", [h], _gelu, p + "gelu", "GeluOptions", {"Approximate": False})
+        x = tr.op("ADD", [x, tr.fc(p + "fc2", g, dim)], np.add, p + "residual2", "AddOptions",
+                  {"FusedActivationFunction": NONE})
+    m.inputs, m.outputs = [0], [x]
     return m.build()
 
 
 MODELS = {
     "movenet_like.tflite": movenet_like, "int8_cnn.tflite": int8_cnn, "int8_misc.tflite": int8_misc,
     "int8_more.tflite": int8_more, "int8_layout.tflite": int8_layout, "float_model.tflite": float_model,
-    "uint8_model.tflite": uint8_model,
+    "uint8_model.tflite": uint8_model, "int8_transformer.tflite": int8_transformer,
+    "int8_ops.tflite": int8_ops, "int8_text.tflite": int8_text, "float_ops.tflite": float_ops,
     "hybrid.tflite": hybrid,
     "custom_op.tflite": lambda: custom_op(False), "flex_op.tflite": lambda: custom_op(True),
     "float16.tflite": float16, "unsupported_op.tflite": unsupported_op,
