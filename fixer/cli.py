@@ -190,13 +190,17 @@ def _root(
 
 
 def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core=None):
-    from .api import AnalysisOptions
-    from .model_io import parse_input_shapes
-    from .npu.profile import normalize_options
+    from .options import AnalysisOptions, parse_input_shapes  # light: a cache hit imports no analysis stack
 
+    if stedgeai_option:
+        from .npu.profile import normalize_options
+
+        options = normalize_options(stedgeai_option)
+    else:
+        options = frozenset()
     return AnalysisOptions(
         target_profile=target_profile,
-        stedgeai_options=normalize_options(stedgeai_option or ()),
+        stedgeai_options=options,
         input_shapes=parse_input_shapes(input_shape),
         mpool=mpool,
         neural_art_profile=profile,
@@ -848,7 +852,7 @@ def config_cmd(
     """Print the effective configuration and where each value comes from (file:key or default)."""
     from . import config
 
-    commands = getattr(typer.main.get_command(app), "commands", {})
+    commands = getattr(_command(), "commands", {})
     sub = commands.get(command)
     if sub is None or command == "config":
         _error(f"--command {command}: not a nafix command (one of {', '.join(n for n in commands if n != 'config')}).")
@@ -1087,6 +1091,18 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.stdout = real_stdout
 
 
+def _command():
+    """The click group of ``app``, built once per process, its values coerced without Pydantic
+    (see :mod:`fixer.cli_coerce`)."""
+    group = _state.get("command")
+    if group is None:
+        from .cli_coerce import install
+
+        group = _state["command"] = typer.main.get_command(app)
+        install(group)
+    return group
+
+
 def _config_defaults(args: list[str]) -> dict:
     """The project config (pyproject.toml [tool.nafix] or nafix.toml) as click's default_map.
 
@@ -1094,7 +1110,7 @@ def _config_defaults(args: list[str]) -> dict:
     or audit's models when they all get the same values (else audit groups them, see audit_cmd)."""
     from . import config
 
-    group = typer.main.get_command(app)
+    group = _command()
     commands = getattr(group, "commands", {})
     cfg = config.load(config.options_of(commands.values()))
     if cfg.file is None:
@@ -1145,7 +1161,7 @@ def _per_path_groups(paths: list, values: dict) -> list:
 
 
 def _audit_files(paths) -> list:
-    from .api import collect_models
+    from .options import collect_models  # light: a run answered from the cache imports no analysis
 
     try:
         return collect_models([p for p in paths if Path(p).exists()])
@@ -1162,7 +1178,7 @@ def _main(args: list[str]) -> None:
         except NafixError as exc:
             _error(exc.message)
             sys.exit(exc.exit_code)
-        code = app(args=args, prog_name="nafix", standalone_mode=False, default_map=defaults)
+        code = _command()(args=args, prog_name="nafix", standalone_mode=False, default_map=defaults)
     except NafixError as exc:  # pragma: no cover - commands catch their own
         _error(exc.message)
         sys.exit(exc.exit_code)
