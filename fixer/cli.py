@@ -49,6 +49,10 @@ def _drain_stdout() -> None:
         _stdout_to_devnull()
 
 
+#: the width of the console when stdout is not a terminal (see _Console.size)
+NOT_A_TTY_WIDTH = 4096
+
+
 class _Console(Console):
     """Rich's console ends the process with exit code 1 on a broken pipe; nafix keeps the command's
     own exit code (0, or 1 for findings per --fail-on), as if the output had been read in full."""
@@ -56,6 +60,23 @@ class _Console(Console):
     def on_broken_pipe(self) -> None:
         _stdout_to_devnull()
         self.quiet = True
+
+    @property
+    def size(self):
+        """The console size; when stdout is not a terminal (a CI log, pre-commit, a pipe) and
+        $COLUMNS is not set, as wide as :data:`NOT_A_TTY_WIDTH`: tables are as wide as their cells
+        need (never wider: they do not expand), so a model's path stays on one line. Rich would
+        otherwise take 80 columns, or the width of a terminal on stdin or stderr."""
+        dims = super().size
+        if self._width is None and not os.environ.get("COLUMNS") and not self.is_terminal:
+            from rich.console import ConsoleDimensions
+
+            return ConsoleDimensions(NOT_A_TTY_WIDTH, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size) -> None:
+        Console.size.fset(self, new_size)
 
     def _check_buffer(self) -> None:
         try:
@@ -278,6 +299,14 @@ FORCE_HELP = "Overwrite an existing output file that nafix did not write (never 
 STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai, else PATH)."
 
 
+SELECT_FINDING_HELP = ("Count only the findings named: a constraint id (resize_nearest_asymmetric, sw_op:Softmax) or an op type "
+                       "(Softmax); repeatable. The others are reported as ignored. Not NAF rule ids (those are "
+                       "fix's --select).")
+IGNORE_FINDING_HELP = ("Accept the findings named: a constraint id (sw_op:Softmax) or an op type (Softmax); "
+                       "repeatable, per path in the config. They are reported as ignored (counted) and do not count "
+                       "for --fail-on or the baseline. Not NAF rule ids (those are fix's --ignore).")
+
+
 @app.command("audit")
 def audit_cmd(
     ctx: typer.Context,
@@ -302,6 +331,8 @@ def audit_cmd(
     write_baseline: Optional[str] = typer.Option(None, "--write-baseline", help="Record today's findings per model in this baseline file."),
     shard: Optional[str] = typer.Option(None, "--shard", help="Audit only shard K of N (K/N, by path hash), e.g. 1/3."),
     executor: Optional[str] = typer.Option(None, "--executor", help="Run the models on a Dask cluster: dask://HOST:PORT (pip install 'nafix[dask]')."),
+    select_finding: Optional[List[str]] = typer.Option(None, "--select-finding", "--select", help=SELECT_FINDING_HELP),
+    ignore_finding: Optional[List[str]] = typer.Option(None, "--ignore-finding", "--ignore", help=IGNORE_FINDING_HELP),
 ):
     """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
     from .zoo.runner import Shard, ZooOptions, audit_rows, build_report
@@ -310,6 +341,10 @@ def audit_cmd(
 
     paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
     try:
+        from .selection import check_items
+
+        select_finding = check_items(select_finding, "--select-finding")
+        ignore_finding = check_items(ignore_finding, "--ignore-finding")
         # the baseline read is an input of the report (-o), not of --write-baseline (which may refresh it)
         target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force,
                                 protected=paths + ([Path(baseline)] if baseline is not None else []))
@@ -332,10 +367,16 @@ def audit_cmd(
             for group_paths, group_options in groups:  # one group unless per-path config values differ
                 rows += audit_rows(group_paths, _analysis_options(**group_options), zoo, progress=cb)[0]
             rows.sort(key=lambda r: r["path"])
+        rows = _select_findings(ctx, rows, select_finding, ignore_finding)
     except NafixError as exc:
         _fail(exc)
     profile_name = opts.target_profile or "stm32n6"
     report = build_report(rows, profile=profile_name, shard=zoo.shard)
+    from .selection import summary as selection_summary
+
+    selected = selection_summary(rows)
+    if selected is not None:
+        report["selection"] = selected
     errors = [r for r in rows if r.get("error")]
     if len(rows) == 1 and errors and zoo.shard is None:  # one unreadable model: just its error line
         _error(errors[0]["error"])
@@ -373,7 +414,9 @@ def audit_cmd(
                            style="bold red"), highlight=False)
             raise typer.Exit(1)
         return
-    if fail_on == FailOn.sw and any(r["estimate"]["sw_epochs"] > 0 for r in rows if r.get("estimate")):
+    from .selection import counted
+
+    if fail_on == FailOn.sw and any(counted(r) > 0 for r in rows if r.get("estimate")):
         raise typer.Exit(1)
     if fail_on == FailOn.error and any(f.get("severity") == "compile_error" for r in rows for f in r.get("findings") or ()):
         raise typer.Exit(1)
@@ -416,11 +459,14 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
                   protected) -> None:
     """The audit report (the JSON report's dict) in ``fmt``, on stdout or written to ``output``."""
     from .report import audit_markdown, audit_renderables
+    from .selection import summary_line
 
+    ignored = summary_line(report.get("selection"))
     if fmt == Format.json:
         _emit(escape.json_text(report, indent=2) + "\n", output, force=force, protected=protected)
     elif fmt == Format.markdown:
-        _emit(audit_markdown(report), output, force=force, protected=protected)
+        _emit(audit_markdown(report) + (f"\n{escape.markdown(ignored)}\n" if ignored else ""), output, force=force,
+              protected=protected)
     elif fmt in (Format.sarif, Format.github, Format.html, Format.concise):
         from .report_ci import concise_text, github_annotations, html_report, sarif_text
 
@@ -430,10 +476,46 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
         if fmt == Format.github and os.environ.get("GITHUB_STEP_SUMMARY"):
             _append_step_summary(report, os.environ["GITHUB_STEP_SUMMARY"])
     elif output is not None:
-        _emit(_as_text(audit_renderables(report, verbose=verbose)), output, force=force, protected=protected)
+        extra = [_line(ignored)] if ignored else []
+        _emit(_as_text(list(audit_renderables(report, verbose=verbose)) + extra), output, force=force,
+              protected=protected)
     else:
         for r in audit_renderables(report, verbose=verbose):
             out.print(r)
+        if ignored:
+            out.print(_line(ignored, style="dim"), highlight=False)
+
+
+def _select_findings(ctx, rows: list, select: tuple, ignore: tuple) -> list:
+    """The rows with the findings --select-finding/--ignore-finding set aside (see fixer.selection).
+
+    A value given on the command line applies to every model; else each model gets the config's
+    value for its path (the top level, then the per-path tables)."""
+    from .selection import apply_to_row, check_items
+
+    cfg = _state.get("config")
+    given = {n for n in ("select_finding", "ignore_finding")
+             if getattr(ctx.get_parameter_source(n), "name", "") in ("COMMANDLINE", "ENVIRONMENT")}
+    out = []
+    for row in rows:
+        sel, ign = select, ignore
+        if cfg is not None and cfg.per_path:
+            mine = cfg.for_model(row["path"])
+            if "select_finding" not in given and "select-finding" in mine:
+                sel = check_items(mine["select-finding"][0], mine["select-finding"][1])
+            if "ignore_finding" not in given and "ignore-finding" in mine:
+                ign = check_items(mine["ignore-finding"][0], mine["ignore-finding"][1])
+        out.append(apply_to_row(row, sel, ign))
+    from .selection import check_known
+
+    for items, option in ((select, "--select-finding"), (ignore, "--ignore-finding")):
+        check_known(items, out, option)
+    if cfg is not None:  # the config's values too, each at its coordinate
+        for key in ("select-finding", "ignore-finding"):
+            for glob, table in [(None, cfg.values)] + list(cfg.per_path):
+                if key in table:
+                    check_known(table[key], out, cfg.where(key, glob))
+    return out
 
 
 def _append_step_summary(report: dict, path: str) -> None:
