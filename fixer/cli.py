@@ -508,8 +508,10 @@ def _select_findings(ctx, rows: list, select: tuple, ignore: tuple) -> list:
         out.append(apply_to_row(row, sel, ign))
     from .selection import check_known
 
-    for items, option in ((select, "--select-finding"), (ignore, "--ignore-finding")):
-        check_known(items, out, option)
+    for items, option, name in ((select, "--select-finding", "select_finding"),
+                                (ignore, "--ignore-finding", "ignore_finding")):
+        if name in given or cfg is None:
+            check_known(items, out, option)
     if cfg is not None:  # the config's values too, each at its coordinate
         for key in ("select-finding", "ignore-finding"):
             for glob, table in [(None, cfg.values)] + list(cfg.per_path):
@@ -1194,6 +1196,7 @@ def _config_defaults(args: list[str]) -> dict:
 
     group = _command()
     commands = getattr(group, "commands", {})
+    _state.pop("config", None)  # this run's config only (main() may run again in one process)
     cfg = config.load(config.options_of(commands.values()))
     if cfg.file is None:
         return {}

@@ -146,7 +146,7 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
                             "message": {"text": _finding_message(f)}, "locations": [loc],
                             "properties": {"severity": f["severity"], "estimated": True}})
         # what --select-finding/--ignore-finding set aside: kept, as suppressed results (accepted)
-        accepted = {"kind": "external", "status": "accepted",
+        accepted = {"kind": "external",
                     "justification": "accepted by nafix audit --select-finding/--ignore-finding or the config"}
         for n in row.get("ignored_sw_nodes") or []:
             why = n.get("why") or []
