@@ -993,7 +993,7 @@ def _fix_text(k) -> str:
 @app.command("rules")
 def rules_cmd(
     rule_id: Optional[str] = typer.Argument(None, help="Explain one rule (id or name)."),
-    markdown: bool = typer.Option(False, "--markdown", help="Print the rules reference (docs/RULES.md) as Markdown."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print Markdown: the rules reference (docs/RULES.md), or with a rule ID its section (a terminal otherwise gets it rendered; a pipe gets Markdown anyway)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file (a folder: RULES.md inside)."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     rules: Optional[List[str]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
@@ -1009,7 +1009,7 @@ def rules_cmd(
             raise UsageError("-o/--output writes the rules reference: it needs --markdown.")
         target = _output_target(output, "RULES.md", force=force, protected=rules or ())
         loaded = load_rules(tuple(rules or ()))
-        if markdown:
+        if markdown and not rule_id:
             _emit(rule_markdown(loaded), target, force=force, protected=rules or ())
             return
         if rule_id:
@@ -1019,8 +1019,15 @@ def rules_cmd(
                 from .rules import _suggest
 
                 raise UsageError(f"unknown rule '{rule_id}'{_suggest(rule_id, [r.id for r in loaded] + [r.name for r in loaded])}.")
-            text = rule_markdown(match).split("\n", 10)[-1]
-            _stdout(text)
+            full = rule_markdown(match)
+            head = f"## {match[0].id} "
+            text = full[full.index(head):] if head in full else full.split("\n", 10)[-1]  # the rule's section
+            if markdown or not out.is_terminal:  # Markdown for a pipe, a file or --markdown
+                _emit(text, target, force=force, protected=rules or ())
+            else:  # rendered for a terminal (headings, bold, lists), never re-read as Rich markup
+                from rich.markdown import Markdown
+
+                out.print(Markdown(text, hyperlinks=False), highlight=False, soft_wrap=False)
             return
     except NafixError as exc:
         _fail(exc)
@@ -1184,7 +1191,59 @@ def _command():
 
         group = _state["command"] = typer.main.get_command(app)
         install(group)
+        _tidy_help(group)
     return group
+
+
+#: option groups of the help pages (typer's rich_help_panel), by command and parameter name; an option
+#: not listed stays under "Options"
+HELP_PANELS = {
+    "fix": {
+        "Output": ("output", "dry_run", "force", "keep_failed", "fmt", "verbose"),
+        "Rules": ("select", "extend_select", "ignore", "rules", "input_type"),
+        "Verification and exit code": ("inputs", "seed", "timeout", "fail_on", "max_ms"),
+        "Target and build options": ("input_shape", "target_profile", "stedgeai_option", "core", "profile"),
+        "Compile with stedgeai (--compile)": ("compile_", "stedgeai", "compile_timeout", "workdir"),
+        "Quantize (--quantize)": ("quantize", "calib", "calib_size", "calib_layout", "calib_scale", "calib_mean",
+                                  "calib_std", "calib_order", "calib_samples", "calib_method"),
+    },
+    "audit": {
+        "Output": ("fmt", "output", "force", "verbose"),
+        "Findings and exit code": ("fail_on", "max_ms", "select_finding", "ignore_finding", "baseline",
+                                   "write_baseline"),
+        "Target and build options": ("input_shape", "target_profile", "stedgeai_option", "core", "mpool", "profile"),
+        "Many models": ("jobs", "timeout", "cache_dir", "no_cache", "shard", "executor"),
+    },
+}
+
+
+def _tidy_help(group) -> None:
+    """The help pages as nafix means them: a flag shows no value placeholder (typer prints
+    ``<bool>``), and help texts are text, not Rich markup (``'nafix[dask]'`` keeps its ``[dask]``)."""
+    from rich.markup import escape as rich_escape
+
+    rich = getattr(app, "rich_markup_mode", None) == "rich"
+    stack = [group]
+    while stack:
+        cmd = stack.pop()
+        stack.extend(getattr(cmd, "commands", {}).values())
+        if rich and getattr(cmd, "help", None):
+            cmd.help = rich_escape(cmd.help)
+        if rich and getattr(cmd, "short_help", None):
+            cmd.short_help = rich_escape(cmd.short_help)
+        params = list(getattr(cmd, "params", ()))
+        panels = {n: panel for panel, names in HELP_PANELS.get(getattr(cmd, "name", ""), {}).items() for n in names}
+        for p in params:
+            if p.name in panels and getattr(p, "rich_help_panel", None) is None:
+                p.rich_help_panel = panels[p.name]
+        helper = getattr(cmd, "_help_option", None)  # built by fixer.cli_coerce.install
+        if helper is not None:
+            params.append(helper)
+        for p in params:
+            if getattr(p, "is_flag", False) and getattr(p, "metavar", None) is None:
+                p.metavar = ""
+            if rich and getattr(p, "help", None):
+                p.help = rich_escape(p.help)
 
 
 def _config_defaults(args: list[str]) -> dict:
@@ -1272,7 +1331,9 @@ def _main(args: list[str]) -> None:
         sys.exit(130)
     except ce.ClickException as exc:
         if no_args is not None and isinstance(exc, no_args):
-            text = exc.ctx.get_help()  # typer's rich help prints itself and returns ''
+            # the error built the help page already: typer's rich help printed it (the message is
+            # then ''), a plain one is the message; never ask for it again (that printed it twice)
+            text = exc.format_message()
             if text:
                 err.print(text, markup=False, highlight=False)
             sys.exit(2)

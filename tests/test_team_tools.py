@@ -221,3 +221,57 @@ def test_sarif_help_uri_without_docs_url_is_a_file_that_exists(capsys, monkeypat
     (rule,) = json.loads(out)["runs"][0]["tool"]["driver"]["rules"]
     url = urlparse(rule["helpUri"])
     assert url.scheme == "file" and url.fragment == "softmax" and Path(url2pathname(url.path)).is_file()
+
+
+# --- help pages ----------------------------------------------------------------------------------------
+
+@pytest.fixture
+def wide(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["audit", "--help"], ["fix", "--help"], ["rules", "--help"]])
+def test_flags_show_no_value_placeholder(args, wide, capsys):
+    code, out, err = run(args, capsys)
+    assert code == 0 and "Usage" in out
+    assert "<bool>" not in out
+    line = next(ln for ln in out.splitlines() if "--help" in ln and "Show this message" in ln)
+    assert "<" not in line
+
+
+def test_help_keeps_square_brackets(wide, capsys):
+    code, out, _ = run(["audit", "--help"], capsys)
+    assert "'nafix[dask]'" in out
+
+
+def test_bare_nafix_prints_the_help_once(wide, capsys):
+    code, out, err = run([], capsys)
+    assert code == 2 and (out + err).count("Usage: nafix") == 1 and "Commands" in out + err
+
+
+def test_fix_help_groups_its_options(wide, capsys):
+    code, out, _ = run(["fix", "--help"], capsys)
+    panels = re.findall(r"╭─ (.+?) ─", out)
+    assert {"Output", "Rules", "Verification and exit code", "Target and build options",
+            "Compile with stedgeai (--compile)", "Quantize (--quantize)"} <= set(panels), panels
+    quantize = out[out.index("Quantize (--quantize)"):]
+    assert "--calib-mean" in quantize and "--select" not in quantize
+
+
+def test_rules_id_is_rendered_on_a_terminal_and_markdown_in_a_pipe(monkeypatch, capsys):
+    import io
+
+    from fixer import cli
+
+    code, piped, _ = run(["rules", "NAF003"], capsys)  # stdout is not a terminal here
+    assert code == 0 and piped.startswith("## NAF003 bilinear-resize\n") and "**Why.**" in piped
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "out", cli._Console(file=buf, force_terminal=True, width=100, color_system=None))
+    code, _, _ = run(["rules", "NAF003"], capsys)
+    shown = buf.getvalue()
+    assert code == 0 and "NAF003 bilinear-resize" in shown and "Why." in shown
+    assert "## " not in shown and "**" not in shown  # rendered, not raw Markdown
+    assert max(len(ln) for ln in shown.splitlines()) <= 100  # wrapped to the terminal
+    buf.truncate(0)
+    code, out, _ = run(["rules", "NAF003", "--markdown"], capsys)  # asked for: Markdown on a terminal too
+    assert code == 0 and out.startswith("## NAF003 bilinear-resize\n")
