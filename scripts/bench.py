@@ -142,7 +142,10 @@ def bench_hook(repeat: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         repo = Path(tmp)
         shutil.copy(ROOT / "sample_models" / "classifier_softmax.onnx", repo / "model.onnx")
-        (repo / "pyproject.toml").write_text('[tool.nafix]\nfail-on = "sw"\n', encoding="utf-8")
+        (repo / "pyproject.toml").write_text(  # a team's settings, as in tests/test_scratch_repo.py
+            '[tool.nafix]\ncore = "2.2"\nstedgeai-option = ["--input-data-type float32"]\nfail-on = "sw"\n'
+            'ignore-finding = ["Softmax"]\n\n[tool.nafix.per-path."models/*.onnx"]\ninput-shape = ["image=1,3,64,64"]\n',
+            encoding="utf-8")
         env = dict(os.environ, NAFIX_CACHE_DIR=str(repo / "cache"))
         hook = cmd + ["audit", "model.onnx", "--fail-on", "sw"]
 

@@ -18,7 +18,7 @@ from fixer.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("onnx", "numpy", "onnxruntime", "pydantic", "fixer.api", "fixer.rules", "fixer.npu.constraints",
-         "fixer.npu.placement", "multiprocessing")
+         "fixer.npu.placement", "multiprocessing", "yaml")
 
 PROBE = (
     "import sys, atexit\n"
@@ -55,10 +55,33 @@ def test_rule_index_reads_the_rules_as_the_rule_engine_does():
     from fixer.rule_index import builtin_rule_refs, builtin_rules_dir
     from fixer.rules import load_rules
 
-    full = [(r.id, r.name, r.summary, tuple(r.fixes), r.opt_in) for r in load_rules()]
-    light = [(r.id, r.name, r.summary, r.fixes, r.opt_in) for r in builtin_rule_refs()]
+    full = [(r.id, r.name, tuple(r.fixes), r.opt_in) for r in load_rules()]
+    light = [(r.id, r.name, r.fixes, r.opt_in) for r in builtin_rule_refs()]
     assert light == full and len(full) >= 17
     assert Path(str(builtin_rules_dir())).is_dir()
+
+
+@pytest.mark.parametrize("text, expected", [
+    ('id: NAF001\nname: a-b\nfixes: [x, "sw_op:Y"]\nopt_in: false\n', ["x", "sw_op:Y"]),
+    ("id: NAF001\nname: a-b\nfixes: ['x']  # c\nopt_in: true\n", ["x"]),
+    ("id: NAF001\nname: a-b\nfixes:\n  - x\nopt_in: true\n", None),  # a block list: the YAML is read
+    ("id: NAF001\nname: a-b\nfixes: x\nopt_in: true\n", None),
+    ("id: NAF001\nname: a-b\nfixes: [x]\n", ["x"]),  # no opt_in line: false
+    ("id: NAF001\nname: a-b\nfixes: [x]\nopt_in: maybe\n", None),
+    ("name: a-b\nfixes: [x]\n", None),
+])
+def test_rule_index_quick_reading_or_yaml(text, expected):
+    from fixer.rule_index import _quick
+
+    got = _quick(text)
+    assert (got["fixes"] if got else None) == expected
+
+
+def test_every_builtin_rule_is_read_without_yaml():
+    from fixer.rule_index import _quick, builtin_rules_dir
+
+    files = [f for f in builtin_rules_dir().iterdir() if f.name.endswith(".yaml")]
+    assert files and all(_quick(f.read_text(encoding="utf-8")) is not None for f in files)
 
 
 def test_builtin_profile_names_only_registered_constraints():

@@ -476,6 +476,6 @@ VALUE_OPTIONS = {
     "--inputs-ch-position": ("chfirst", "chlast"),
     "--outputs-ch-position": ("chfirst", "chlast"),
 }
-#: stedgeai/atonn options that change where ops run (NPU_FACTS.md#toolchain, s7).
+#: stedgeai/atonn options that change where ops run (NPU_FACTS.md#toolchain, #real-reports).
 KNOWN_OPTIONS = frozenset({"--expand-softmax", "--GELU-recognition", "--SWISH-recognition", "--no-inputs-allocation",
                            "--no-outputs-allocation"}) | frozenset(VALUE_OPTIONS)
