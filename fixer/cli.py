@@ -372,11 +372,6 @@ def audit_cmd(
         _fail(exc)
     profile_name = opts.target_profile or "stm32n6"
     report = build_report(rows, profile=profile_name, shard=zoo.shard)
-    from .selection import summary as selection_summary
-
-    selected = selection_summary(rows)
-    if selected is not None:
-        report["selection"] = selected
     errors = [r for r in rows if r.get("error")]
     if len(rows) == 1 and errors and zoo.shard is None:  # one unreadable model: just its error line
         _error(errors[0]["error"])

@@ -275,3 +275,17 @@ def test_rules_id_is_rendered_on_a_terminal_and_markdown_in_a_pipe(monkeypatch, 
     buf.truncate(0)
     code, out, _ = run(["rules", "NAF003", "--markdown"], capsys)  # asked for: Markdown on a terminal too
     assert code == 0 and out.startswith("## NAF003 bilinear-resize\n")
+
+
+def test_merged_shards_keep_the_ignored_counts(tmp_path, capsys):
+    reports = []
+    for k in (1, 2):
+        out = tmp_path / f"s{k}.json"
+        code, _, err = run(["audit", SOFTMAX, RESIZE, "--shard", f"{k}/2", "-f", "json", "-o", out,
+                            "--ignore", "Softmax", "--ignore", "Resize"], capsys)
+        assert code == 0, err
+        reports.append(out)
+    code, out, _ = run(["audit", "merge", *reports, "-f", "json"], capsys)
+    merged = json.loads(out)
+    assert code == 0 and merged["selection"]["ignored_sw_nodes"] == 4
+    assert merged["selection"]["by"] == {"Resize": 3, "Softmax": 1}

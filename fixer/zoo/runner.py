@@ -413,6 +413,11 @@ def build_report(rows: list[dict[str, Any]], *, profile: str, shard: Shard | Non
     }
     if shard is not None:
         report["shard"] = {"index": shard.index, "count": shard.count}
+    from ..selection import summary as selection_summary
+
+    selected = selection_summary(rows)  # what --select-finding/--ignore-finding set aside (audit, merge)
+    if selected is not None:
+        report["selection"] = selected
     return report
 
 
