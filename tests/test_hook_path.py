@@ -85,8 +85,7 @@ def test_every_builtin_rule_is_read_without_yaml():
 
 
 def test_builtin_profile_names_only_registered_constraints():
-    """The built-in profile skips the constraint-name check at load (so a cache hit loads no placement
-    code): this is that check."""
+    """Every constraint the built-in profile lists is registered (load_profile checks it too)."""
     import yaml
 
     from fixer.npu import constraints
