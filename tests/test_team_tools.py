@@ -289,3 +289,15 @@ def test_merged_shards_keep_the_ignored_counts(tmp_path, capsys):
     merged = json.loads(out)
     assert code == 0 and merged["selection"]["ignored_sw_nodes"] == 4
     assert merged["selection"]["by"] == {"Resize": 3, "Softmax": 1}
+
+
+def test_an_accepted_memory_finding_is_not_a_baseline_regression(tmp_path, capsys):
+    big = ROOT / "sample_models" / "big_activations.onnx"  # does not fit on-chip
+    empty = tmp_path / "base.json"
+    code, _, _ = run(["audit", SOFTMAX, "--write-baseline", empty], capsys)  # a baseline without the model
+    assert code == 0
+    code, _, err = run(["audit", big, "--baseline", empty, "--ignore", "GlobalAveragePool"], capsys)
+    assert code == 1 and "do not fit in the on-chip memory" in err
+    code, _, err = run(["audit", big, "--baseline", empty, "--ignore", "GlobalAveragePool",
+                        "--ignore", "activations_on_chip"], capsys)
+    assert code == 0, err
