@@ -21,50 +21,16 @@ from .results import (  # noqa: F401  (re-exported: fixer.api is where callers f
     AuditResult, CompileComparison, CompiledModel, FixResult, ModelAnalysis, ModelAudit,
 )
 
+from .options import (  # noqa: F401  (re-exported: light, see fixer.options)
+    MODEL_SUFFIXES, AnalysisOptions, AuditOptions, collect_models, resolve_pools, resolve_profile,
+)
+
 if TYPE_CHECKING:
     from .stedgeai.compare import CompileOptions
 
 log = logging.getLogger(__name__)
 
 ONNX_SUFFIXES = (".onnx",)
-#: Model files audit collects from folders (a file named on the command line is read by content).
-MODEL_SUFFIXES = (".onnx", ".tflite")
-
-
-@dataclass(frozen=True)
-class AnalysisOptions:
-    """How to read and place a model."""
-
-    target_profile: str | None = None  # built-in name or YAML path
-    stedgeai_options: frozenset[str] = frozenset()  # e.g. --expand-softmax
-    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    mpool: str | None = None  # a .mpool file for the memory estimate
-    neural_art_profile: str | None = None  # NAME@FILE.json
-    core: str | None = None  # stedgeai core version X.Y (default: the newest in the profile data)
-
-
-@dataclass(frozen=True)
-class AuditOptions:
-    analysis: AnalysisOptions = AnalysisOptions()
-    recursive: bool = True
-
-
-def resolve_profile(opts: AnalysisOptions) -> TargetProfile:
-    return load_profile(opts.target_profile, options=frozenset(opts.stedgeai_options), core=opts.core)
-
-
-def resolve_pools(opts: AnalysisOptions):
-    """Memory pools for the estimate: --mpool, else the pool file of --profile NAME@FILE, else the default."""
-    from .npu import mpool as mp
-
-    if opts.mpool and opts.neural_art_profile:
-        raise UsageError("--mpool and --profile both name memory pools; give only one of them.")
-    if opts.mpool:
-        return mp.load_mpool(opts.mpool).pools
-    if opts.neural_art_profile:
-        prof = mp.load_neural_art_profile(opts.neural_art_profile)
-        return prof.pools.pools if prof.pools is not None else None
-    return None
 
 
 def analyze_path(path: str | os.PathLike[str], opts: AnalysisOptions, *, profile: TargetProfile | None = None,
@@ -74,30 +40,6 @@ def analyze_path(path: str | os.PathLike[str], opts: AnalysisOptions, *, profile
     loaded = load_model(path, input_shapes=opts.input_shapes, max_opset=max_opset)
     check_loaded(loaded)
     return analyze_model(loaded, profile=profile, pools=pools)
-
-
-def collect_models(paths: Sequence[str | os.PathLike[str]], *, recursive: bool = True) -> list[Path]:
-    """Expand files and folders into the list of .onnx and .tflite files to audit (sorted, de-duplicated)."""
-    out: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if p.is_dir():
-            pattern = "**/*" if recursive else "*"
-            found = sorted(q for q in p.glob(pattern) if q.is_file() and q.suffix.lower() in MODEL_SUFFIXES)
-            if not found:
-                # info, not warning: with no model at all audit() raises the one 'error:' line on its own
-                log.info("%s: no .onnx or .tflite files found", p)
-            out.extend(found)
-        else:
-            out.append(p)
-    seen: set[Path] = set()
-    unique = []
-    for p in out:
-        key = p.resolve() if p.exists() else p
-        if key not in seen:
-            seen.add(key)
-            unique.append(p)
-    return unique
 
 
 @relaxed_gc  # large graphs: fewer garbage-collector passes (fixer.graph.RELAXED_GC_THRESHOLDS)

@@ -49,6 +49,10 @@ def _drain_stdout() -> None:
         _stdout_to_devnull()
 
 
+#: the width of the console when stdout is not a terminal (see _Console.size)
+NOT_A_TTY_WIDTH = 4096
+
+
 class _Console(Console):
     """Rich's console ends the process with exit code 1 on a broken pipe; nafix keeps the command's
     own exit code (0, or 1 for findings per --fail-on), as if the output had been read in full."""
@@ -56,6 +60,23 @@ class _Console(Console):
     def on_broken_pipe(self) -> None:
         _stdout_to_devnull()
         self.quiet = True
+
+    @property
+    def size(self):
+        """The console size; when stdout is not a terminal (a CI log, pre-commit, a pipe) and
+        $COLUMNS is not set, as wide as :data:`NOT_A_TTY_WIDTH`: tables are as wide as their cells
+        need (never wider: they do not expand), so a model's path stays on one line. Rich would
+        otherwise take 80 columns, or the width of a terminal on stdin or stderr."""
+        dims = super().size
+        if self._width is None and not os.environ.get("COLUMNS") and not self.is_terminal:
+            from rich.console import ConsoleDimensions
+
+            return ConsoleDimensions(NOT_A_TTY_WIDTH, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size) -> None:
+        Console.size.fset(self, new_size)
 
     def _check_buffer(self) -> None:
         try:
@@ -191,13 +212,17 @@ def _root(
 
 
 def _analysis_options(target_profile, stedgeai_option, input_shape, mpool, profile, core=None):
-    from .api import AnalysisOptions
-    from .model_io import parse_input_shapes
-    from .npu.profile import normalize_options
+    from .options import AnalysisOptions, parse_input_shapes  # light: a cache hit imports no analysis stack
 
+    if stedgeai_option:
+        from .npu.profile import normalize_options
+
+        options = normalize_options(stedgeai_option)
+    else:
+        options = frozenset()
     return AnalysisOptions(
         target_profile=target_profile,
-        stedgeai_options=normalize_options(stedgeai_option or ()),
+        stedgeai_options=options,
         input_shapes=parse_input_shapes(input_shape),
         mpool=mpool,
         neural_art_profile=profile,
@@ -276,6 +301,14 @@ FORCE_HELP = "Overwrite an existing output file that nafix did not write (never 
 STEDGEAI_HELP = "Path to the stedgeai executable (else $STEDGEAI_CORE_DIR/Utilities/<os>/stedgeai, else PATH)."
 
 
+SELECT_FINDING_HELP = ("Count only the findings named: a constraint id (resize_nearest_asymmetric, sw_op:Softmax) or an op type "
+                       "(Softmax); repeatable. The others are reported as ignored. Not NAF rule ids (those are "
+                       "fix's --select).")
+IGNORE_FINDING_HELP = ("Accept the findings named: a constraint id (sw_op:Softmax) or an op type (Softmax); "
+                       "repeatable, per path in the config. They are reported as ignored (counted) and do not count "
+                       "for --fail-on or the baseline. Not NAF rule ids (those are fix's --ignore).")
+
+
 @app.command("audit")
 def audit_cmd(
     ctx: typer.Context,
@@ -300,6 +333,8 @@ def audit_cmd(
     write_baseline: Optional[str] = typer.Option(None, "--write-baseline", help="Record today's findings per model in this baseline file."),
     shard: Optional[str] = typer.Option(None, "--shard", help="Audit only shard K of N (K/N, by path hash), e.g. 1/3."),
     executor: Optional[str] = typer.Option(None, "--executor", help="Run the models on a Dask cluster: dask://HOST:PORT (pip install 'nafix[dask]')."),
+    select_finding: Optional[List[str]] = typer.Option(None, "--select-finding", "--select", help=SELECT_FINDING_HELP),
+    ignore_finding: Optional[List[str]] = typer.Option(None, "--ignore-finding", "--ignore", help=IGNORE_FINDING_HELP),
 ):
     """Predict, node by node, what runs on the NPU (HW) and what falls back to the CPU (SW), and why."""
     from .zoo.runner import Shard, ZooOptions, audit_rows, build_report
@@ -308,6 +343,10 @@ def audit_cmd(
 
     paths = [Path(p) for p in paths]  # plain str options: click's Path would refuse an unreadable file for all
     try:
+        from .selection import check_items
+
+        select_finding = check_items(select_finding, "--select-finding")
+        ignore_finding = check_items(ignore_finding, "--ignore-finding")
         # the baseline read is an input of the report (-o), not of --write-baseline (which may refresh it)
         target = _output_target(output, f"nafix-audit.{_EXT[fmt.value]}", force=force,
                                 protected=paths + ([Path(baseline)] if baseline is not None else []))
@@ -330,6 +369,7 @@ def audit_cmd(
             for group_paths, group_options in groups:  # one group unless per-path config values differ
                 rows += audit_rows(group_paths, _analysis_options(**group_options), zoo, progress=cb)[0]
             rows.sort(key=lambda r: r["path"])
+        rows = _select_findings(ctx, rows, select_finding, ignore_finding)
     except NafixError as exc:
         _fail(exc)
     profile_name = opts.target_profile or "stm32n6"
@@ -371,7 +411,9 @@ def audit_cmd(
                            style="bold red"), highlight=False)
             raise typer.Exit(1)
         return
-    if fail_on == FailOn.sw and any(r["estimate"]["sw_epochs"] > 0 for r in rows if r.get("estimate")):
+    from .selection import counted
+
+    if fail_on == FailOn.sw and any(counted(r) > 0 for r in rows if r.get("estimate")):
         raise typer.Exit(1)
     if fail_on == FailOn.error and any(f.get("severity") == "compile_error" for r in rows for f in r.get("findings") or ()):
         raise typer.Exit(1)
@@ -414,11 +456,14 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
                   protected) -> None:
     """The audit report (the JSON report's dict) in ``fmt``, on stdout or written to ``output``."""
     from .report import audit_markdown, audit_renderables
+    from .selection import summary_line
 
+    ignored = summary_line(report.get("selection"))
     if fmt == Format.json:
         _emit(escape.json_text(report, indent=2) + "\n", output, force=force, protected=protected)
     elif fmt == Format.markdown:
-        _emit(audit_markdown(report), output, force=force, protected=protected)
+        _emit(audit_markdown(report) + (f"\n{escape.markdown(ignored)}\n" if ignored else ""), output, force=force,
+              protected=protected)
     elif fmt == Format.model_explorer:  # Model Explorer's node-data overlay of the one model audited
         from .model_explorer import audit_overlay
 
@@ -436,10 +481,48 @@ def _render_audit(report: dict, fmt: "Format", output: Optional[Path], verbose: 
         if fmt == Format.github and os.environ.get("GITHUB_STEP_SUMMARY"):
             _append_step_summary(report, os.environ["GITHUB_STEP_SUMMARY"])
     elif output is not None:
-        _emit(_as_text(audit_renderables(report, verbose=verbose)), output, force=force, protected=protected)
+        extra = [_line(ignored)] if ignored else []
+        _emit(_as_text(list(audit_renderables(report, verbose=verbose)) + extra), output, force=force,
+              protected=protected)
     else:
         for r in audit_renderables(report, verbose=verbose):
             out.print(r)
+        if ignored:
+            out.print(_line(ignored, style="dim"), highlight=False)
+
+
+def _select_findings(ctx, rows: list, select: tuple, ignore: tuple) -> list:
+    """The rows with the findings --select-finding/--ignore-finding set aside (see fixer.selection).
+
+    A value given on the command line applies to every model; else each model gets the config's
+    value for its path (the top level, then the per-path tables)."""
+    from .selection import apply_to_row, check_items
+
+    cfg = _state.get("config")
+    given = {n for n in ("select_finding", "ignore_finding")
+             if getattr(ctx.get_parameter_source(n), "name", "") in ("COMMANDLINE", "ENVIRONMENT")}
+    out = []
+    for row in rows:
+        sel, ign = select, ignore
+        if cfg is not None and cfg.per_path:
+            mine = cfg.for_model(row["path"])
+            if "select_finding" not in given and "select-finding" in mine:
+                sel = check_items(mine["select-finding"][0], mine["select-finding"][1])
+            if "ignore_finding" not in given and "ignore-finding" in mine:
+                ign = check_items(mine["ignore-finding"][0], mine["ignore-finding"][1])
+        out.append(apply_to_row(row, sel, ign))
+    from .selection import check_known
+
+    for items, option, name in ((select, "--select-finding", "select_finding"),
+                                (ignore, "--ignore-finding", "ignore_finding")):
+        if name in given or cfg is None:
+            check_known(items, out, option)
+    if cfg is not None:  # the config's values too, each at its coordinate
+        for key in ("select-finding", "ignore-finding"):
+            for glob, table in [(None, cfg.values)] + list(cfg.per_path):
+                if key in table:
+                    check_known(table[key], out, cfg.where(key, glob))
+    return out
 
 
 def _append_step_summary(report: dict, path: str) -> None:
@@ -890,7 +973,7 @@ def config_cmd(
     """Print the effective configuration and where each value comes from (file:key or default)."""
     from . import config
 
-    commands = getattr(typer.main.get_command(app), "commands", {})
+    commands = getattr(_command(), "commands", {})
     sub = commands.get(command)
     if sub is None or command == "config":
         _error(f"--command {command}: not a nafix command (one of {', '.join(n for n in commands if n != 'config')}).")
@@ -947,7 +1030,7 @@ def _fix_text(k) -> str:
 @app.command("rules")
 def rules_cmd(
     rule_id: Optional[str] = typer.Argument(None, help="Explain one rule (id or name)."),
-    markdown: bool = typer.Option(False, "--markdown", help="Print the rules reference (docs/RULES.md) as Markdown."),
+    markdown: bool = typer.Option(False, "--markdown", help="Print Markdown: the rules reference (docs/RULES.md), or with a rule ID its section (a terminal otherwise gets it rendered; a pipe gets Markdown anyway)."),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="With --markdown: write to this file (a folder: RULES.md inside)."),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
     rules: Optional[List[str]] = typer.Option(None, "--rules", help="A folder of extra rule YAML files (repeatable)."),
@@ -963,7 +1046,7 @@ def rules_cmd(
             raise UsageError("-o/--output writes the rules reference: it needs --markdown.")
         target = _output_target(output, "RULES.md", force=force, protected=rules or ())
         loaded = load_rules(tuple(rules or ()))
-        if markdown:
+        if markdown and not rule_id:
             _emit(rule_markdown(loaded), target, force=force, protected=rules or ())
             return
         if rule_id:
@@ -973,8 +1056,15 @@ def rules_cmd(
                 from .rules import _suggest
 
                 raise UsageError(f"unknown rule '{rule_id}'{_suggest(rule_id, [r.id for r in loaded] + [r.name for r in loaded])}.")
-            text = rule_markdown(match).split("\n", 10)[-1]
-            _stdout(text)
+            full = rule_markdown(match)
+            head = f"## {match[0].id} "
+            text = full[full.index(head):] if head in full else full.split("\n", 10)[-1]  # the rule's section
+            if markdown or not out.is_terminal:  # Markdown for a pipe, a file or --markdown
+                _emit(text, target, force=force, protected=rules or ())
+            else:  # rendered for a terminal (headings, bold, lists), never re-read as Rich markup
+                from rich.markdown import Markdown
+
+                out.print(Markdown(text, hyperlinks=False), highlight=False, soft_wrap=False)
             return
     except NafixError as exc:
         _fail(exc)
@@ -1129,6 +1219,70 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.stdout = real_stdout
 
 
+def _command():
+    """The click group of ``app``, built once per process, its values coerced without Pydantic
+    (see :mod:`fixer.cli_coerce`)."""
+    group = _state.get("command")
+    if group is None:
+        from .cli_coerce import install
+
+        group = _state["command"] = typer.main.get_command(app)
+        install(group)
+        _tidy_help(group)
+    return group
+
+
+#: option groups of the help pages (typer's rich_help_panel), by command and parameter name; an option
+#: not listed stays under "Options"
+HELP_PANELS = {
+    "fix": {
+        "Output": ("output", "dry_run", "force", "keep_failed", "fmt", "verbose"),
+        "Rules": ("select", "extend_select", "ignore", "rules", "input_type"),
+        "Verification and exit code": ("inputs", "seed", "timeout", "fail_on", "max_ms"),
+        "Target and build options": ("input_shape", "target_profile", "stedgeai_option", "core", "profile"),
+        "Compile with stedgeai (--compile)": ("compile_", "stedgeai", "compile_timeout", "workdir"),
+        "Quantize (--quantize)": ("quantize", "calib", "calib_size", "calib_layout", "calib_scale", "calib_mean",
+                                  "calib_std", "calib_order", "calib_samples", "calib_method"),
+    },
+    "audit": {
+        "Output": ("fmt", "output", "force", "verbose"),
+        "Findings and exit code": ("fail_on", "max_ms", "select_finding", "ignore_finding", "baseline",
+                                   "write_baseline"),
+        "Target and build options": ("input_shape", "target_profile", "stedgeai_option", "core", "mpool", "profile"),
+        "Many models": ("jobs", "timeout", "cache_dir", "no_cache", "shard", "executor"),
+    },
+}
+
+
+def _tidy_help(group) -> None:
+    """The help pages as nafix means them: a flag shows no value placeholder (typer prints
+    ``<bool>``), and help texts are text, not Rich markup (``'nafix[dask]'`` keeps its ``[dask]``)."""
+    from rich.markup import escape as rich_escape
+
+    rich = getattr(app, "rich_markup_mode", None) == "rich"
+    stack = [group]
+    while stack:
+        cmd = stack.pop()
+        stack.extend(getattr(cmd, "commands", {}).values())
+        if rich and getattr(cmd, "help", None):
+            cmd.help = rich_escape(cmd.help)
+        if rich and getattr(cmd, "short_help", None):
+            cmd.short_help = rich_escape(cmd.short_help)
+        params = list(getattr(cmd, "params", ()))
+        panels = {n: panel for panel, names in HELP_PANELS.get(getattr(cmd, "name", ""), {}).items() for n in names}
+        for p in params:
+            if p.name in panels and getattr(p, "rich_help_panel", None) is None:
+                p.rich_help_panel = panels[p.name]
+        helper = getattr(cmd, "_help_option", None)  # built by fixer.cli_coerce.install
+        if helper is not None:
+            params.append(helper)
+        for p in params:
+            if getattr(p, "is_flag", False) and getattr(p, "metavar", None) is None:
+                p.metavar = ""
+            if rich and getattr(p, "help", None):
+                p.help = rich_escape(p.help)
+
+
 def _config_defaults(args: list[str]) -> dict:
     """The project config (pyproject.toml [tool.nafix] or nafix.toml) as click's default_map.
 
@@ -1136,8 +1290,9 @@ def _config_defaults(args: list[str]) -> dict:
     or audit's models when they all get the same values (else audit groups them, see audit_cmd)."""
     from . import config
 
-    group = typer.main.get_command(app)
+    group = _command()
     commands = getattr(group, "commands", {})
+    _state.pop("config", None)  # this run's config only (main() may run again in one process)
     cfg = config.load(config.options_of(commands.values()))
     if cfg.file is None:
         return {}
@@ -1187,7 +1342,7 @@ def _per_path_groups(paths: list, values: dict) -> list:
 
 
 def _audit_files(paths) -> list:
-    from .api import collect_models
+    from .options import collect_models  # light: a run answered from the cache imports no analysis
 
     try:
         return collect_models([p for p in paths if Path(p).exists()])
@@ -1204,7 +1359,7 @@ def _main(args: list[str]) -> None:
         except NafixError as exc:
             _error(exc.message)
             sys.exit(exc.exit_code)
-        code = app(args=args, prog_name="nafix", standalone_mode=False, default_map=defaults)
+        code = _command()(args=args, prog_name="nafix", standalone_mode=False, default_map=defaults)
     except NafixError as exc:  # pragma: no cover - commands catch their own
         _error(exc.message)
         sys.exit(exc.exit_code)
@@ -1213,7 +1368,9 @@ def _main(args: list[str]) -> None:
         sys.exit(130)
     except ce.ClickException as exc:
         if no_args is not None and isinstance(exc, no_args):
-            text = exc.ctx.get_help()  # typer's rich help prints itself and returns ''
+            # the error built the help page already: typer's rich help printed it (the message is
+            # then ''), a plain one is the message; never ask for it again (that printed it twice)
+            text = exc.format_message()
             if text:
                 err.print(text, markup=False, highlight=False)
             sys.exit(2)

@@ -23,6 +23,7 @@ from . import ir
 from .errors import InputError, UsageError
 from .importers.tflite import is_tflite
 from .protomirror import model_class, onnx_schema
+from .options import parse_input_shapes  # noqa: F401  (re-exported: light, see fixer.options)
 from .shapes import fill_shapes_by_running, infer_shapes
 
 log = logging.getLogger(__name__)
@@ -63,23 +64,6 @@ class LoadedModel:
     @property
     def unresolved_dims(self) -> tuple[DynamicDim, ...]:
         return tuple(d for d in self.dynamic_dims if d.pinned_to is None)
-
-
-def parse_input_shapes(specs: list[str] | tuple[str, ...] | None) -> dict[str, tuple[int, ...]]:
-    """Parse ``NAME=1,3,224,224`` options into a mapping; a bad spec is a UsageError sentence."""
-    shapes: dict[str, tuple[int, ...]] = {}
-    for spec in specs or ():
-        name, sep, dims = spec.rpartition("=")
-        if not sep or not name:
-            raise UsageError(f"--input-shape '{spec}' is not of the form NAME=1,3,224,224.")
-        try:
-            values = tuple(int(v) for v in dims.replace("x", ",").split(",") if v.strip())
-        except ValueError:
-            raise UsageError(f"--input-shape '{spec}': '{dims}' is not a comma-separated list of integers.") from None
-        if not values or any(v <= 0 for v in values):
-            raise UsageError(f"--input-shape '{spec}': every dimension must be a positive integer.")
-        shapes[name] = values
-    return shapes
 
 
 def load_model(

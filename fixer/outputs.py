@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator
 
 from .errors import OutputError
-from .runtime import model_copy, prepare_for_runtime
 
 if TYPE_CHECKING:
     import onnx
@@ -318,6 +317,8 @@ def save_model(model: onnx.ModelProto, path: str | os.PathLike[str], *, protect:
     (that file follows the same rules).
     """
     import onnx
+
+    from .runtime import model_copy, prepare_for_runtime  # onnx: only when a model is written
 
     out = Path(path)
     model = prepare_for_runtime(model)

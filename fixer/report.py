@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from . import escape
 from .report_data import ESTIMATE_NOTE, analysis_dict
-from .results import ModelAnalysis
 
 if TYPE_CHECKING:
+    from .results import ModelAnalysis  # annotations only (a report read back needs no analysis stack)
     from .rules import Rule
 
 

@@ -55,6 +55,49 @@ def _finding_message(f: dict[str, Any]) -> str:
     return f"{f['severity']}: {f['requirement']} ({f['detail']}) [{f['tag']}]"
 
 
+def _fixing_rules(constraint: str) -> list:
+    """The built-in NAF rules whose ``fixes`` name ``constraint`` (light: fixer.rule_index)."""
+    try:
+        from .rule_index import rules_fixing
+
+        return rules_fixing(constraint)
+    except Exception:  # noqa: BLE001 - a report is still written without the rule links
+        return []
+
+
+def _sarif_rule(rid: str, text: str, tag: str | None) -> dict[str, Any]:
+    """A SARIF rule for a constraint: its requirement, the fact behind it (helpUri: docs/NPU_FACTS.md),
+    and the NAF rule(s) that fix it with the command to run (help)."""
+    from .facts import fact_url, rule_url
+
+    if rid == ERROR_RULE:
+        return {"id": rid, "shortDescription": {"text": text}, "fullDescription": {"text": text},
+                "help": {"text": f"{text} The result's message says why.",
+                         "markdown": f"{escape.markdown(text)} The result's message says why."},
+                "properties": {"tags": ["nafix"]}}
+    fixers = _fixing_rules(rid)
+    url = fact_url(rid)
+    if fixers:
+        cmds = "; ".join(f"{r.id} {r.name} (`nafix MODEL{' --extend-select ' + r.id if r.opt_in else ''}`)"
+                         for r in fixers)
+        fix_text = f"Fixed by nafix rule {cmds}."
+        fix_md = "Fixed by nafix rule " + "; ".join(
+            f"[{r.id} {escape.markdown(r.name)}]({rule_url(r.id, r.name)}) (`nafix MODEL"
+            f"{' --extend-select ' + r.id if r.opt_in else ''}`)" for r in fixers) + "."
+    else:
+        fix_text = fix_md = "No nafix rule rewrites it yet: change the model or the stedgeai options."
+    return {
+        "id": rid,
+        "shortDescription": {"text": text},
+        "fullDescription": {"text": text},
+        "helpUri": url,
+        "help": {"text": f"{text} (nafix constraint {rid}, {tag or 'untagged'}). {fix_text} The fact behind it: {url}",
+                 "markdown": f"{escape.markdown(text)} (nafix constraint `{rid}`, {tag or 'untagged'}).\n\n{fix_md}\n\n"
+                             f"[The fact behind it]({url})."},
+        "properties": {"tags": [t for t in ("nafix", tag) if t], "nafixRules": [r.id for r in fixers]},
+    }
+
+
 def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
     """SARIF 2.1.0: one result per SW node (rule = its first failing constraint, the others in the
     message and properties) and per model-level finding; rules are nafix constraint ids with their
@@ -63,13 +106,7 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
 
     def rule(rid: str, text: str, tag: str | None) -> int:
         if rid not in rules:
-            rules[rid] = {
-                "id": rid,
-                "shortDescription": {"text": text},
-                "fullDescription": {"text": text},
-                "help": {"text": f"{text} (nafix constraint {rid}; see `nafix rules` for the rewrites that fix it)"},
-                "properties": {"tags": [t for t in ("nafix", tag) if t]},
-            }
+            rules[rid] = _sarif_rule(rid, text, tag)
         return list(rules).index(rid)
 
     artifacts, results = [], []
@@ -108,6 +145,24 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
             idx = rule(f["constraint"], f["requirement"], f["tag"])
             results.append({"ruleId": f["constraint"], "ruleIndex": idx, "level": _LEVEL.get(f["severity"], "warning"),
                             "message": {"text": _finding_message(f)}, "locations": [loc],
+                            "properties": {"severity": f["severity"], "estimated": True}})
+        # what --select-finding/--ignore-finding set aside: kept, as suppressed results (accepted)
+        accepted = {"kind": "external",
+                    "justification": "accepted by nafix audit --select-finding/--ignore-finding or the config"}
+        for n in row.get("ignored_sw_nodes") or []:
+            why = n.get("why") or []
+            rid = (n.get("constraints") or ["sw"])[0]
+            idx = rule(rid, why[0]["requirement"] if why else (n["reasons"] or [f"{n['op_type']} runs in SW."])[0],
+                       why[0]["tag"] if why else (n.get("tags") or [None])[0])
+            results.append({"ruleId": rid, "ruleIndex": idx, "level": "warning",
+                            "message": {"text": _sw_message(n, node_ms.get(n["name"]))}, "locations": [loc],
+                            "suppressions": [accepted],
+                            "partialFingerprints": {"nafixNode/v1": f"{row['path']}:{n['name']}:{rid}"},
+                            "properties": {"node": n["name"], "op_type": n["op_type"], "estimated": True}})
+        for f in row.get("ignored_findings") or []:
+            idx = rule(f["constraint"], f["requirement"], f["tag"])
+            results.append({"ruleId": f["constraint"], "ruleIndex": idx, "level": _LEVEL.get(f["severity"], "warning"),
+                            "message": {"text": _finding_message(f)}, "locations": [loc], "suppressions": [accepted],
                             "properties": {"severity": f["severity"], "estimated": True}})
     from .outputs import text_mark
 
@@ -179,6 +234,11 @@ def github_annotations(report: dict[str, Any], *, limit: int = GITHUB_MAX_PER_LE
             more = f" (and {len(fs) - 1} more like it)" if len(fs) > 1 else ""
             found.append((kind, (-1e9 if kind == "error" else -1e6, -len(fs)), _finding_message(fs[0]) + more, path,
                           f"nafix {constraint} ({len(fs)})"))
+    from .selection import summary_line
+
+    ignored = summary_line(report.get("selection"))
+    if ignored is not None:  # never silently lost: one notice with the counts
+        found.append(("notice", (-1e12,), ignored, None, "nafix: ignored findings"))
     summary = None
     if len(report["models"]) > 1 and report.get("summary"):
         summary = "\n".join(summary_lines(report["summary"]))
@@ -222,6 +282,10 @@ def step_summary_markdown(report: dict[str, Any], *, max_rows: int = 200) -> str
     lines = [f"## nafix audit (profile {md(report['profile'])})", "", f"_{ESTIMATE_NOTE}_", ""]
     if report.get("summary"):
         lines += [f"- {md(s)}" for s in summary_lines(report["summary"])] + [""]
+    from .selection import summary_line
+
+    if summary_line(report.get("selection")):
+        lines += [f"- {md(summary_line(report.get('selection')))}", ""]
     rows = sorted(report["models"], key=lambda r: (_ok(r), -(r.get("estimate") or {}).get("sw_epochs", 0), r["path"]))
     lines += ["| model | est. epochs | est. SW epochs | est. HW ratio | est. ms |", "|---|---|---|---|---|"]
     for r in rows[:max_rows]:
@@ -253,6 +317,11 @@ def concise_text(report: dict[str, Any]) -> str:
             out.append(f"{path}: {vis(n['name'])} {vis(n['op_type'])}: {vis(reason)} [{vis(cid)}]")
         for f in row.get("findings") or []:
             out.append(f"{path}: {vis(f['severity'])}: {vis(f['requirement'])} ({vis(f['detail'])}) [{vis(f['constraint'])}]")
+    from .selection import summary_line
+
+    ignored = summary_line(report.get("selection"))
+    if ignored is not None:
+        out.append(vis(ignored))
     return "\n".join(out) + ("\n" if out else "")
 
 

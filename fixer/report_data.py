@@ -7,7 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 from . import __version__, escape
-from .results import FixResult, ModelAnalysis
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: rendering a report read back (a cache hit) needs no analysis stack
+    from .results import FixResult, ModelAnalysis
 
 ESTIMATE_NOTE = (
     "Epoch counts, HW ratios and memory figures are estimated by nafix's placement model "

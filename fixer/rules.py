@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -171,13 +170,7 @@ def parse_rule(data: Any, path: str, *, builtin: bool = True) -> Rule:
     )
 
 
-def builtin_rules_dir():
-    """The rules shipped with nafix: inside the wheel (fixer/_rules), or rules/ in a source checkout."""
-    res = resources.files("fixer") / "_rules"
-    if res.is_dir():
-        return res
-    src = Path(__file__).resolve().parent.parent / "rules"
-    return src
+from .rule_index import builtin_rules_dir  # noqa: E402,F401  (defined there: light, for the cache key)
 
 
 def _iter_rule_files(folder) -> list:

@@ -8,7 +8,8 @@ cache (`--zoo-only` stops there), `audit` over every model in FOLDER (default ..
 `fix --dry-run` on each sample model; prints the median and min of each over the repeats and the
 peak resident memory of this process. ``--speed all`` prints the speed-at-scale figures instead
 (scripts/bench_speed.py: audit vs its floor, fix of growing QDQ chains, --quantize at scale, nafix
-vs onnxslim).
+vs onnxslim). ``--speed hook`` prints a warm-cache pre-commit hook run on one model against
+`nafix --version`, both medians and their ratio measured in one run.
 """
 
 from __future__ import annotations
@@ -126,6 +127,49 @@ def bench_zoo(folder: Path, repeat: int) -> None:
               f"({med(ccold) / med(cwarm):.1f}x)")
 
 
+def bench_hook(repeat: int) -> None:
+    """What a pre-commit hook run costs: `nafix audit MODEL --fail-on sw` on one small model from a
+    warm result cache, in a project with a [tool.nafix] table, against `nafix --version` (the floor:
+    the interpreter and the command line). Both are console-script runs in fresh processes,
+    interleaved so that load from other processes hits both alike; medians of ``repeat`` each."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+
+    nafix = Path(sys.executable).with_name("nafix")
+    cmd = [str(nafix)] if nafix.exists() else [sys.executable, "-m", "fixer.cli"]
+    with tempfile.TemporaryDirectory() as tmp:
+        repo = Path(tmp)
+        shutil.copy(ROOT / "sample_models" / "classifier_softmax.onnx", repo / "model.onnx")
+        (repo / "pyproject.toml").write_text(  # a team's settings, as in tests/test_scratch_repo.py
+            '[tool.nafix]\ncore = "2.2"\nstedgeai-option = ["--input-data-type float32"]\nfail-on = "sw"\n'
+            'ignore-finding = ["Softmax"]\n\n[tool.nafix.per-path."models/*.onnx"]\ninput-shape = ["image=1,3,64,64"]\n',
+            encoding="utf-8")
+        # compiled bytecode cached as in an installed nafix (PYTHONDONTWRITEBYTECODE would make every
+        # run compile nafix's own modules from source, which an install never does); in a temporary
+        # folder, not the checkout
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env.update(NAFIX_CACHE_DIR=str(repo / "cache"), PYTHONPYCACHEPREFIX=str(repo / "pycache"))
+        hook = cmd + ["audit", "model.onnx", "--fail-on", "sw"]
+
+        def run(argv: list[str]) -> float:
+            t0 = time.perf_counter()
+            subprocess.run(argv, cwd=repo, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return time.perf_counter() - t0
+
+        run(hook)  # cold: fills the result cache (and the bytecode cache)
+        run(cmd + ["--version"])
+        version: list[float] = []
+        warm: list[float] = []
+        for _ in range(repeat):
+            version.append(run(cmd + ["--version"]))
+            warm.append(run(hook))
+    v, w = statistics.median(version), statistics.median(warm)
+    print(f"hook (one model, warm cache, {repeat} runs each): nafix --version median {v:.3f} s, "
+          f"nafix audit MODEL --fail-on sw median {w:.3f} s; ratio {w / v:.2f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("folder", nargs="?")
@@ -133,10 +177,13 @@ def main() -> None:
     ap.add_argument("--zoo-only", action="store_true", help="only the zoo audit figures (jobs, cache)")
     ap.add_argument("--speed", metavar="SECTIONS",
                     help="only the speed-at-scale figures (scripts/bench_speed.py): all, or a comma list of "
-                         "audit,chains,quantize,onnxslim")
+                         "audit,chains,quantize,onnxslim; or hook: a warm-cache pre-commit run vs nafix --version")
     args = ap.parse_args()
     shared = ROOT.parent / "shared" / "models"
     folder = Path(args.folder) if args.folder else (shared if shared.is_dir() else ROOT / "sample_models")
+    if args.speed == "hook":
+        bench_hook(max(args.repeat, 11))
+        return
     if args.speed:
         import bench_speed
 

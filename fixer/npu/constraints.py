@@ -8,6 +8,10 @@ observed on the node, naming it in quotes. ``severity`` says what a failure mean
 - ``note``: the node stays on the NPU but runs slower (decomposed, split);
 - ``compile_error``: stedgeai is known to fail on it;
 - ``hang``: it compiles with no SW epoch but is known to hang the board.
+
+The fact behind each constraint, with its source, is in docs/NPU_FACTS.md; the anchor of each id is
+in :data:`fixer.facts.CONSTRAINT_ANCHORS` (SARIF's ``helpUri`` uses it), and a test checks that every
+registered constraint has one and that every anchor exists.
 """
 
 from __future__ import annotations

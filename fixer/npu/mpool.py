@@ -481,7 +481,7 @@ _MIB = 1024 * 1024
 
 
 def default_stm32n6_pools() -> tuple[MemoryPool, ...]:
-    """The STM32N6 pools nafix assumes without an .mpool file (NEURAL_ART.md section 6).
+    """The STM32N6 pools nafix assumes without an .mpool file (NPU_FACTS.md#memory-pools).
 
     cpuRAM2 (AXISRAM2, 1 MiB at 0x34100000) and npuRAM3..6 (AXISRAM3..6, 448 KiB each from
     0x34200000) are on-chip (DOC/OBS); hyperRAM (xSPI1 PSRAM, 16 MiB at 0x90000000) is external

@@ -635,7 +635,7 @@ def source_format(model: onnx.ModelProto) -> str:
 
 def _edge_conversion_kept(ctx: PlacementContext, edge: str) -> bool:
     """Whether stedgeai keeps the float->int8 QuantizeLinear of a graph input (``edge="input"``) or the
-    int8->float DequantizeLinear of a graph output as a SW epoch, per the stedgeai options (OBS, NEURAL_ART.md s7):
+    int8->float DequantizeLinear of a graph output as a SW epoch, per the stedgeai options (OBS, NPU_FACTS.md#real-reports):
 
     - ONNX QDQ model: a QuantizeLinear reading the graph input and a ``QuantizeLinear -> DequantizeLinear
       -> output`` are dropped by default (the I/O become int8); kept with ``--input-data-type float32`` /

@@ -467,13 +467,13 @@ def load_profile(spec: str | Path | None = None, *, options: frozenset[str] = fr
 _LOADED: dict[tuple, TargetProfile] = {}
 
 
-#: stedgeai options that take a value, with the values nafix models (NEURAL_ART.md s7, OBS).
+#: stedgeai options that take a value, with the values nafix models (NPU_FACTS.md#real-reports, OBS).
 VALUE_OPTIONS = {
     "--input-data-type": ("float32", "int8", "uint8"),
     "--output-data-type": ("float32", "int8", "uint8"),
     "--inputs-ch-position": ("chfirst", "chlast"),
     "--outputs-ch-position": ("chfirst", "chlast"),
 }
-#: stedgeai/atonn options that change where ops run (NEURAL_ART.md s1, s7).
+#: stedgeai/atonn options that change where ops run (NPU_FACTS.md#toolchain, #real-reports).
 KNOWN_OPTIONS = frozenset({"--expand-softmax", "--GELU-recognition", "--SWISH-recognition", "--no-inputs-allocation",
                            "--no-outputs-allocation"}) | frozenset(VALUE_OPTIONS)

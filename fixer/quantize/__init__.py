@@ -1,6 +1,6 @@
 """Quantization for the Neural-ART NPU, always through ``onnxruntime.quantization``.
 
-The NPU accepts one scheme (NEURAL_ART.md s2): int8 activations per tensor (asymmetric allowed),
+The NPU accepts one scheme (NPU_FACTS.md#quantization): int8 activations per tensor (asymmetric allowed),
 int8 *symmetric per-channel* weights, QDQ format; uint8 activations are rejected by the compiler.
 This module never implements a quantizer of its own: calibration and the choice of every new scale
 and zero-point are onnxruntime's ``quantize_static``. What it adds is arithmetic on ranges that are

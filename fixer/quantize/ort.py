@@ -35,7 +35,7 @@ from .modelproto import (
 
 log = logging.getLogger(__name__)
 
-#: The NPU's scheme as onnxruntime ``quantize_static`` arguments (NEURAL_ART.md s2, 3P recipe).
+#: The NPU's scheme as onnxruntime ``quantize_static`` arguments (NPU_FACTS.md#quantization, 3P recipe).
 ST_RECIPE_TEXT = ("QDQ, activation_type=QInt8, weight_type=QInt8, per_channel=True, "
                   "ActivationSymmetric=False, WeightSymmetric=True")
 

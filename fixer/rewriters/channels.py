@@ -5,7 +5,7 @@ Chunk widths (shared by the output and the input split) are chosen deterministic
 unless the rule overrides it), every chunk but the last as wide as the balanced width rounded up to a
 multiple of ``align`` (8 by default) when that still fits, the last one taking the rest. 257 channels
 with chunks of at most 144 give 136 + 121, the 136-wide chunks of the published rewrite of the forum
-denoiser (NEURAL_ART.md s4); ``align: 1`` gives the balanced 129 + 128.
+denoiser (NPU_FACTS.md#cases); ``align: 1`` gives the balanced 129 + 128.
 
 In QDQ models the rewriters keep the user's quantization: sliced weights keep their int8 values and
 per-channel scales, every new activation tensor between quantized ops gets a QuantizeLinear /

@@ -578,7 +578,7 @@ def depth_to_space(match: Match, ed: Editor) -> RewriteResult:
 
     if b > 1 and "conv_transpose" in match.profile.lowerings:
         raise NearMiss(f"{_q(d2s)}: a stride-{b} ConvTranspose is no way out: "
-                       f"{lowering_note(match.profile, 'conv_transpose')} (NEURAL_ART.md s7), the DepthToSpace this "
+                       f"{lowering_note(match.profile, 'conv_transpose')} (NPU_FACTS.md#real-reports), the DepthToSpace this "
                        f"rewrite removes plus a HW epoch.")
     xs = _static(x)
     if xs is None or len(xs) != 4:

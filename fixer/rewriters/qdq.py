@@ -1,7 +1,7 @@
 """Rewriters of the ``qdq`` family: int8 graph edges (NAF004 outputs, NAF005 input).
 
 A QuantizeLinear on a float graph input and a DequantizeLinear producing a float graph output run in
-SW on the Cortex-M55 (NEURAL_ART.md s3, QuantizeLinear/DequantizeLinear row, OBS). Both are pure
+SW on the Cortex-M55 (NPU_FACTS.md#operators, QuantizeLinear/DequantizeLinear row, OBS). Both are pure
 interface conversions: the application can quantize its input and dequantize its outputs itself
 (or stedgeai's ``--input-data-type`` / ``--output-data-type``), so these rewriters move them out of
 the graph and record the scale/zero-point as an :class:`~fixer.rewriters.IoChange`.

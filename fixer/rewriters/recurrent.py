@@ -1,6 +1,6 @@
 """Recurrent rewriters: unroll an ONNX LSTM (or GRU) into one cell per time step built from NPU ops.
 
-LSTM and GRU are not in the Neural-ART operator set (NEURAL_ART.md s3): they run on the Cortex-M55,
+LSTM and GRU are not in the Neural-ART operator set (NPU_FACTS.md#operators): they run on the Cortex-M55,
 and in a QDQ model with a DequantizeLinear / QuantizeLinear pair of SW conversions around them. A
 recurrent layer with a static, short sequence is a fixed sequence of matrix products and element-wise
 ops, all of which the NPU runs: the rewrite writes that sequence out.

@@ -1,6 +1,6 @@
 """The ``resize`` family: bilinear Resize rebuilt from ops the NPU runs in HW.
 
-A bilinear (``mode='linear'``) Resize runs in SW on the Neural-ART NPU (NEURAL_ART.md s3/s4: MoveNet
+A bilinear (``mode='linear'``) Resize runs in SW on the Neural-ART NPU (NPU_FACTS.md#operators, #cases: MoveNet
 Lightning int8 had one SW epoch per bilinear Resize). For integer factors its output is a fixed
 linear function of the input with a period of one input pixel, i.e. a depthwise ``ConvTranspose``
 (group = channels, stride = factor) with a separable triangular kernel, once the border behaviour is
@@ -273,7 +273,7 @@ def bilinear_resize_to_conv_transpose(match: Match, ed: Editor) -> RewriteResult
         where = (f"; on a core that runs {' and '.join(inserts)} as hybrid epochs (--core {cores[0]} or later) the "
                  f"rewrite applies" if cores else "")
         raise NearMiss(f"'{label}': the depthwise ConvTranspose (stride {ph.stride}x{pw.stride}) replacing it would "
-                       f"not leave SW: {lowering_note(match.profile, 'conv_transpose')} (NEURAL_ART.md s7), so the SW "
+                       f"not leave SW: {lowering_note(match.profile, 'conv_transpose')} (NPU_FACTS.md#real-reports), so the SW "
                        f"Resize would become SW {' + '.join(inserts)} epochs plus HW epochs{where}.")
     limit = int(match.profile.limit("channel_chunk_max"))
     if not channel_split_ok(n_ch, limit):

@@ -16,7 +16,7 @@ class KnownError:
 
     ``details`` carries what was captured (tensor names, node, bytes) and, where one applies,
     the nafix ``rule`` and command-line ``option`` that address it. ``tag`` is the provenance of
-    the explanation (OBS, 3P, INF as in NEURAL_ART.md). Because ``details`` is a dict, a
+    the explanation (OBS, 3P, INF as in NPU_FACTS.md#how-sure). Because ``details`` is a dict, a
     KnownError compares by value but cannot be hashed.
     """
 

@@ -105,7 +105,7 @@ def code_fingerprint() -> str:
 
     h = hashlib.sha256(__version__.encode())
     roots = [Path(fixer.__file__).parent]
-    from ..rules import builtin_rules_dir
+    from ..rule_index import builtin_rules_dir  # not fixer.rules: a cache hit needs no rule engine
 
     roots.append(Path(str(builtin_rules_dir())))
     for root in roots:
@@ -149,6 +149,59 @@ def _canonical(obj: Any) -> Any:
     if callable(obj):
         return f"{getattr(obj, '__module__', '')}.{getattr(obj, '__qualname__', type(obj).__name__)}"
     return re.sub(r" at 0x[0-9a-fA-F]+", "", repr(obj))
+
+
+def remembered_options_fingerprint(root: Path, opts, compute) -> str:
+    """:func:`options_fingerprint` for ``opts``, remembered in the cache folder: a run answered from
+    the cache then neither reads the profile YAML nor imports the placement code to compute it.
+
+    The memo is keyed by what the fingerprint is a function of: nafix's code and built-in profiles
+    (:func:`code_fingerprint`), the options, and the bytes of a profile file given by path. Memory
+    pools from files (--mpool, --profile) are not remembered (computed each time). ``compute()``
+    gives the fingerprint (and raises on bad options); a memo that does not read back is computed
+    again and replaced."""
+    if getattr(opts, "mpool", None) or getattr(opts, "neural_art_profile", None):
+        return compute()
+    parts: dict[str, Any] = {"schema": SCHEMA, "nafix": __version__, "code": code_fingerprint(),
+                             "analysis": _canonical(opts)}
+    spec = getattr(opts, "target_profile", None)
+    if spec:
+        p = Path(spec)
+        if p.suffix in (".yaml", ".yml") or p.exists():
+            try:
+                from ..fsutil import read_bytes
+
+                parts["profile_file"] = hashlib.sha256(read_bytes(p)).hexdigest()
+            except Exception:  # noqa: BLE001 - unreadable: compute() says why
+                return compute()
+    memo = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+    f = Path(root) / "v1" / "options" / f"{memo}.fp"  # not .json: not a result entry
+    try:
+        entry = parse_json(read_json_bytes(f, max_bytes=4096), max_depth=3)
+        if isinstance(entry, dict) and entry.get("key") == memo and _is_hex64(entry.get("fingerprint")):
+            return entry["fingerprint"]
+    except (OSError, ValueError):
+        pass
+    fp = compute()
+    tmp = None
+    try:
+        f.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=f.parent, prefix=".", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(dumps({"schema": SCHEMA, "key": memo, "fingerprint": fp}))
+        os.replace(tmp, f)
+        tmp = None
+    except OSError as exc:  # a read-only or full cache folder only costs speed
+        log.debug("could not remember the options fingerprint in %s (%s)", root, exc)
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+    return fp
+
+
+def _is_hex64(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
 def cache_key(content: str, options: str) -> str:

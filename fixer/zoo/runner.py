@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import multiprocessing as mp
 import os
 import signal
 import sys
@@ -14,13 +13,12 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from multiprocessing.connection import wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .. import __version__
 from ..errors import InputError, UsageError
-from .cache import Cache, cache_key, content_sha256, options_fingerprint
+from .cache import Cache, cache_key, content_sha256, options_fingerprint, remembered_options_fingerprint
 from .worker import error_row, worker_main
 
 if TYPE_CHECKING:
@@ -87,13 +85,26 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
     The workers of a program that embeds nafix come from a fork server (see ``_context``), which
     imports the program's main module in each of them: guard its main code with
     ``if __name__ == "__main__":`` as for any multiprocessing program."""
-    from ..api import collect_models, resolve_pools, resolve_profile
+    from ..options import collect_models, resolve_pools, resolve_profile  # light: a cache hit needs no analysis
     from .cache import default_cache_dir
 
     if not paths:
         raise UsageError("give at least one model file or folder to audit.")
-    profile = resolve_profile(analysis)  # bad options fail here, once, before any worker starts
-    pools = resolve_pools(analysis)
+    resolved: list = []
+
+    def profile_and_pools():
+        if not resolved:
+            resolved.extend((resolve_profile(analysis), resolve_pools(analysis)))
+        return resolved
+
+    cache = Cache(zoo.cache_dir or default_cache_dir()) if zoo.use_cache else None
+    # bad options fail here, once, before any worker starts; options that fingerprinted before (the
+    # memo in the cache folder) are not read again: a run answered from the cache loads no profile
+    opt_fp = (remembered_options_fingerprint(cache.root, analysis,
+                                             lambda: options_fingerprint(analysis, *profile_and_pools()))
+              if cache is not None else "")
+    if cache is None:
+        profile_and_pools()
     files = collect_models(paths, recursive=zoo.recursive)
     if not files:
         raise InputError(f"no .onnx or .tflite model found under {', '.join(str(p) for p in paths)}.")
@@ -107,8 +118,6 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
     rows: dict[str, dict[str, Any]] = {p: error_row(p, f"{p}: no .onnx model found in this folder.") for p in empty}
     if not names:
         return sorted(rows.values(), key=lambda r: r["path"]), stats
-    cache = Cache(zoo.cache_dir or default_cache_dir()) if zoo.use_cache else None
-    opt_fp = options_fingerprint(analysis, profile, pools) if cache else ""
     todo: list[tuple[str, str | None, str | None]] = []  # (path, sha256, cache key)
     for name in names:
         if cache is None:  # the workers hash the files, in parallel
@@ -135,13 +144,14 @@ def audit_rows(paths: Sequence[str | os.PathLike[str]], analysis, zoo: ZooOption
             progress(len(rows) - len(empty), len(names), failures)
 
     cache_root = str(cache.root) if cache is not None else None
-    # forked workers inherit the resolved profile and the modules the analysis uses: no worker
-    # parses the profile YAML again or imports on its first model
-    from .. import report_data  # noqa: F401
-    from . import worker
-
-    worker.prime(analysis, profile, pools)
     if todo:
+        # forked workers inherit the resolved profile and the modules the analysis uses: no worker
+        # parses the profile YAML again or imports on its first model (a run answered from the cache
+        # imports none of them)
+        from .. import report_data  # noqa: F401
+        from . import worker
+
+        worker.prime(analysis, *profile_and_pools())
         if zoo.executor:
             from .dask_executor import run_dask
 
@@ -179,6 +189,8 @@ def _context(own_process: bool = False):
     """fork where it is safe (see ``_fork_is_safe``: the workers start with nafix already
     imported), else forkserver (a clean server process, started without onnxruntime, imports nafix
     once and forks the workers), else spawn (Windows, and macOS where fork is unsafe)."""
+    import multiprocessing as mp  # here: a run answered from the cache starts no process
+
     methods = mp.get_all_start_methods()
     if _fork_is_safe(own_process):
         return mp.get_context("fork")
@@ -310,6 +322,8 @@ def _run_pool(todo, analysis, jobs: int, timeout: float | None, cache_root: str 
     """A fixed pool of ``jobs`` worker processes, each loading one model at a time. A worker that
     dies (crash, out of memory) or exceeds ``timeout`` on a model is replaced; that model becomes an
     error row and the others go on."""
+    from multiprocessing.connection import wait
+
     ctx = _context(own_process)
     # largest files first (a proxy for analysis time): the last model to finish is a small one
     queue = sorted(enumerate(todo), key=lambda it: _size(it[1][0]))
@@ -399,6 +413,11 @@ def build_report(rows: list[dict[str, Any]], *, profile: str, shard: Shard | Non
     }
     if shard is not None:
         report["shard"] = {"index": shard.index, "count": shard.count}
+    from ..selection import summary as selection_summary
+
+    selected = selection_summary(rows)  # what --select-finding/--ignore-finding set aside (audit, merge)
+    if selected is not None:
+        report["selection"] = selected
     return report
 
 
