@@ -119,18 +119,39 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
     for i, f in enumerate(files):
         if progress:
             progress(i, len(files), f)
-        try:
-            rows.append(ModelAudit(f, analysis=analyze_path(f, opts.analysis, profile=profile, pools=pools).released()))
-        except NafixError as exc:
-            rows.append(ModelAudit(f, error=exc.message))
-        except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
-            log.debug("unexpected error on %s", f, exc_info=True)
-            invalid = invalid_model_error(f, exc)
-            rows.append(ModelAudit(f, error=invalid.message if invalid else
-                                   f"{f}: nafix could not analyse this model ({type(exc).__name__}: {exc})."))
+        rows.append(audit_model(f, opts.analysis, profile=profile, pools=pools))
     if progress:
         progress(len(files), len(files), files[-1])
     return AuditResult(rows)
+
+
+def audit_error(path: str | os.PathLike[str], exc: BaseException) -> str:
+    """The error of a model audit could not analyse, as its row says it (the one wording of
+    :func:`audit` and the zoo workers)."""
+    if isinstance(exc, NafixError):
+        return exc.message
+    if isinstance(exc, MemoryError):
+        return f"{path}: nafix ran out of memory analysing this model."
+    invalid = invalid_model_error(Path(path), exc)
+    return invalid.message if invalid else \
+        f"{path}: nafix could not analyse this model ({type(exc).__name__}: {exc})."
+
+
+def audit_model(path: str | os.PathLike[str], opts: AnalysisOptions, *, profile: TargetProfile,
+                pools=None) -> ModelAudit:
+    """One model of an audit (:func:`audit` and the zoo workers): its analysis, released, with what
+    ``--quantize`` is estimated to remove; or, whatever went wrong, its error (an unreadable model
+    becomes an error row, not an abort)."""
+    from .quantize.gain import quantize_gain
+
+    try:
+        analysis = analyze_path(path, opts, profile=profile, pools=pools)
+        gain = quantize_gain(analysis, pools=pools)
+        return ModelAudit(Path(path), analysis=analysis.released(), quantize=gain)
+    except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
+        if not isinstance(exc, NafixError):
+            log.debug("unexpected error on %s", path, exc_info=True)
+        return ModelAudit(Path(path), error=audit_error(path, exc))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -260,10 +281,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     advice: list[str] = []
     from .graph import is_quantized
 
-    if not opts.quantize and not is_quantized(loaded.model):
-        advice.append(f"this is a float model: every op of a float model runs in SW on the NPU (estimated "
-                      f"{before.estimate.sw_epochs} SW epochs of {before.estimate.epochs}); run nafix with --quantize "
-                      f"to quantize it to int8 for the NPU, which is the fix")
+    float_model = not opts.quantize and not is_quantized(loaded.model)
     reference = loaded.model  # what the rule rewrites are verified against
     pre_engine = None
     quant_info = None
@@ -312,6 +330,12 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
                 f"the estimated HW ratio went down ({before.estimate.hw_ratio:.1%} -> {after.estimate.hw_ratio:.1%}); "
                 "this is a nafix bug, please report it")
     regression, worse = _worse_than_input(src, before, after, engine, pre_engine, opts, warnings)
+    gain = None
+    if not opts.quantize:
+        from .quantize.gain import gain_advice, quantize_gain
+
+        gain = quantize_gain(after if after is not None else before, pools=pools)
+        advice.extend(gain_advice(before.estimate, gain, float_model=float_model))
     written = False
     verified = verification is None or verification.ok
     if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed) \
@@ -341,7 +365,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         input=src, output=out if written else None, report_path=None, header_path=None, before=before,
         after=after, engine=engine, verification=verification, written=written,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
-        advice=advice, regression=regression,
+        advice=advice, regression=regression, quantize_estimate=gain,
     )
     if loaded.imported is not None and engine.changes:
         stage("the check against the TFLite interpreter")

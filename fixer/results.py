@@ -124,6 +124,8 @@ class ModelAudit:
     path: Path
     analysis: ModelAnalysis | None = None
     error: str | None = None
+    #: what ``--quantize`` is estimated to remove (:func:`fixer.quantize.gain.quantize_gain`), or None
+    quantize: dict | None = None
 
 
 @dataclass
@@ -162,6 +164,8 @@ class FixResult:
     #: Why the fixed model was not written (or was, marked, with --keep-failed): its estimate is worse
     #: than the input's (the never-worse promise over the whole run); None when it is not worse.
     regression: str | None = None
+    #: what ``--quantize`` is estimated to remove from the model left (fixer.quantize.gain), or None
+    quantize_estimate: dict | None = None
 
     @property
     def changed(self) -> bool:
