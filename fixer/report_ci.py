@@ -9,10 +9,12 @@ from typing import Any
 from urllib.parse import quote
 
 from . import __version__, escape
-from .report import ESTIMATE_NOTE, _sw_summary, kib, ms_text, summary_lines
+from .report import ESTIMATE_NOTE, _sw_summary, kib, ms_text, quantize_line, status_badge, summary_lines
+from .report_data import row_status
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 ERROR_RULE = "nafix-error"
+QUANTIZE_RULE = "nafix-quantize"
 _LEVEL = {"compile_error": "error", "hang": "error", "note": "note"}
 
 
@@ -76,7 +78,8 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
         loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(row["path"]), "index": i}}}
         props: dict[str, Any] = {"sha256": row.get("sha256"), "error": row.get("error")}
         if _ok(row):
-            props.update({"estimate": row["estimate"], "memory": row["memory"],
+            props.update({"status": row_status(row), "estimate": row["estimate"], "memory": row["memory"],
+                          **({"quantize": row["quantize"]} if row.get("quantize") else {}),
                           **({"estimated_ms": row["estimate"]["latency_ms"]}
                              if row["estimate"].get("latency_ms") is not None else {})})
         artifacts.append({"location": {"uri": _uri(row["path"])}, "properties": props})
@@ -108,6 +111,12 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
             results.append({"ruleId": f["constraint"], "ruleIndex": idx, "level": _LEVEL.get(f["severity"], "warning"),
                             "message": {"text": _finding_message(f)}, "locations": [loc],
                             "properties": {"severity": f["severity"], "estimated": True}})
+        if quantize_line(row):
+            idx = rule(QUANTIZE_RULE, "A float model, or float islands in a quantized one, runs in SW until it is "
+                       "quantized with calibration data: nafix MODEL --quantize.", None)
+            results.append({"ruleId": QUANTIZE_RULE, "ruleIndex": idx, "level": "note",
+                            "message": {"text": quantize_line(row)}, "locations": [loc],
+                            "properties": {**row["quantize"], "estimated": True}})
     from .outputs import text_mark
 
     return {
@@ -153,11 +162,17 @@ def github_annotations(report: dict[str, Any], *, limit: int = GITHUB_MAX_PER_LE
             continue
         e, mem = row["estimate"], row["memory"]
         ms = f", estimated time {ms_text(e['latency_ms'])} ms" if e.get("latency_ms") is not None else ""
+        badge = status_badge(row)
+        status = f"{badge}: " if badge != "ok" else ""
         found.append(("notice", (-e["sw_epochs"], e["hw_ratio"]),
-                      f"estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}{ms}; weights "
+                      f"{status}estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}{ms}; weights "
                       f"{kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} "
                       f"({'fits' if mem['fits_on_chip'] else 'does NOT fit'} on-chip, "
                       f"{kib(mem['onchip_activation_capacity_bytes'])})", path, "nafix estimate"))
+        if quantize_line(row):
+            g = row["quantize"]
+            found.append(("notice", (-g["sw_epochs"]["removed"] - 1e5, 0), quantize_line(row), path,
+                          "nafix --quantize"))
         node_ms = _node_ms(row)
         causes: dict[str, list[dict[str, Any]]] = {}
         for n in row["sw_nodes"]:
@@ -222,14 +237,18 @@ def step_summary_markdown(report: dict[str, Any], *, max_rows: int = 200) -> str
     if report.get("summary"):
         lines += [f"- {md(s)}" for s in summary_lines(report["summary"])] + [""]
     rows = sorted(report["models"], key=lambda r: (_ok(r), -(r.get("estimate") or {}).get("sw_epochs", 0), r["path"]))
-    lines += ["| model | est. epochs | est. SW epochs | est. HW ratio | est. ms |", "|---|---|---|---|---|"]
+    lines += ["| model | status | est. epochs | est. SW epochs | est. HW ratio | est. ms | --quantize would remove |",
+              "|---|---|---|---|---|---|---|"]
     for r in rows[:max_rows]:
         if not _ok(r):
-            lines.append(f"| {mdc(r['path'], table=True)} | error | | | {md(r.get('error') or 'error')} |")
+            lines.append(f"| {mdc(r['path'], table=True)} | **error** | | | | {md(r.get('error') or 'error')} | |")
             continue
-        e = r["estimate"]
-        lines.append(f"| {mdc(r['path'], table=True)} | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} | "
-                     f"{ms_text(e.get('latency_ms'))} |")
+        e, badge, g = r["estimate"], status_badge(r), r.get("quantize")
+        gain = (f"{g['sw_epochs']['removed']} SW epochs" + (f", {ms_text(g['ms']['removed'])} ms"
+                                                            if g["ms"].get("removed") is not None else "")
+                + " (estimated)") if g else ""
+        lines.append(f"| {mdc(r['path'], table=True)} | {badge if badge == 'ok' else f'**{badge}**'} | {e['epochs']} | "
+                     f"{e['sw_epochs']} | {e['hw_ratio']:.1%} | {ms_text(e.get('latency_ms'))} | {gain} |")
     if len(rows) > max_rows:
         lines.append(f"\n_{len(rows) - max_rows} more model(s) not listed._")
     return "\n".join(lines) + "\n"
@@ -250,8 +269,13 @@ def concise_text(report: dict[str, Any]) -> str:
             reason = (n.get("reasons") or ["estimated to run in SW"])[0]
             cid = (n.get("constraints") or ["SW"])[0]
             out.append(f"{path}: {vis(n['name'])} {vis(n['op_type'])}: {vis(reason)} [{vis(cid)}]")
+        badge = status_badge(row)
+        if badge != "ok":
+            out.append(f"{path}: status: {badge} [{row_status(row)}]")
         for f in row.get("findings") or []:
             out.append(f"{path}: {vis(f['severity'])}: {vis(f['requirement'])} ({vis(f['detail'])}) [{vis(f['constraint'])}]")
+        if quantize_line(row):
+            out.append(f"{path}: quantize: {vis(quantize_line(row))} [{QUANTIZE_RULE}]")
     return "\n".join(out) + ("\n" if out else "")
 
 
