@@ -320,6 +320,12 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         verification = verify(reference, engine.model, contract=contract, rules=engine.rules_applied,
                               io_changes=engine.io_changes, inputs=feeds, seed=opts.seed, samples=opts.samples,
                               boundaries=boundary_checks(engine, contracts))
+    static_shape = None
+    if _user_pins(loaded, opts):
+        stage("verification of the static input shape (onnxruntime)")
+        static_shape, shape_check = _static_shape_check(src, loaded, opts)
+        if verification is None or not shape_check.ok:
+            verification = shape_check  # a failed check is the run's verdict: nothing written
     if engine.changes or quant_info is not None:
         fixed_loaded = LoadedModel(path=out, model=engine.model, opset=loaded.opset,
                                    dynamic_dims=loaded.dynamic_dims)
@@ -338,7 +344,8 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         advice.extend(gain_advice(before.estimate, gain, float_model=float_model))
     written = False
     verified = verification is None or verification.ok
-    if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed) \
+    if (engine.changes or quant_info is not None or static_shape is not None) and not opts.dry_run \
+            and (verified or opts.keep_failed) \
             and (regression is None or opts.keep_failed):
         # every file this run will write is checked before the first one is written
         stage("writing the fixed model", timed=False)  # no foreign code: a write is never cut short
@@ -355,6 +362,8 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
             meta["nafix.not_worse"] = f"NO (written with --keep-failed): {worse}"
         if quant_info is not None:
             meta["nafix.quantized"] = f"onnxruntime, calibration={quant_info.get('calibration')}"
+        if static_shape is not None:
+            meta["nafix.input_shape"] = ";".join(f"{k}={','.join(map(str, v))}" for k, v in static_shape["inputs"].items())
 
         del model.metadata_props[:]
         for k, v in meta.items():
@@ -365,7 +374,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         input=src, output=out if written else None, report_path=None, header_path=None, before=before,
         after=after, engine=engine, verification=verification, written=written,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
-        advice=advice, regression=regression, quantize_estimate=gain,
+        advice=advice, regression=regression, quantize_estimate=gain, static_shape=static_shape,
     )
     if loaded.imported is not None and engine.changes:
         stage("the check against the TFLite interpreter")
@@ -384,6 +393,33 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     if not opts.dry_run:
         _write_fix_reports(result, opts, header_path, report_path)
     return result
+
+
+def _user_pins(loaded: LoadedModel, opts: FixOptions) -> list:
+    """The graph-input dimensions ``--input-shape`` pinned (dynamic in the file, static in the model)."""
+    return [d for d in loaded.dynamic_dims if d.pinned_to is not None and d.input in opts.analysis.input_shapes]
+
+
+def _static_shape_check(src: Path, loaded: LoadedModel, opts: FixOptions):
+    """The static input shape of ``--input-shape`` as a change of its own: the model with the pinned
+    inputs (shapes inferred) against the file's dynamic model, bit for bit, on inputs of the pinned
+    shape (the ``--inputs`` arrays when given, else seeded random ones). Returns (the report's
+    ``static_shape`` dict, the verification)."""
+    from .gate import VerifyContract, load_inputs_npz, make_inputs, verify
+
+    original = load_model(src, assume_batch_one=False).model  # the file's own, dynamic, model
+    pinned = loaded.model
+    feeds = (load_inputs_npz(opts.inputs_npz, pinned) if opts.inputs_npz
+             else make_inputs(pinned, seed=opts.seed, samples=opts.samples))
+    v = verify(original, pinned, contract=VerifyContract("exact"), rules=["static input shape (--input-shape)"],
+               inputs=feeds, seed=opts.seed, samples=opts.samples)
+    if not opts.inputs_npz:
+        v.inputs = "random"  # seeded random inputs of the pinned shape (the gate made none of its own)
+    pins = _user_pins(loaded, opts)
+    names = list(dict.fromkeys(d.input for d in pins))
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in pinned.graph.input
+              if vi.name in names}
+    return {"inputs": shapes, "pinned": [d.describe() for d in pins], "verification": v.as_dict()}, v
 
 
 def _worse_than_input(src: Path, before: ModelAnalysis, after: ModelAnalysis | None, engine, pre_engine,

@@ -465,8 +465,13 @@ def fix_renderables(result, *, verbose: bool = False):
         out.append(_t(f"changes ({len(result.engine.changes)}):", style="bold"))
         for c in result.engine.changes:
             out.append(_t(f"  {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
-    elif q is None:
+    elif q is None and getattr(result, "static_shape", None) is None:
         out.append(_t("no rule applied: nothing to fix that nafix knows how to fix.", style="bold"))
+    st = getattr(result, "static_shape", None)
+    if st is not None:
+        shapes = "; ".join(f"{k}={','.join(map(str, v))}" for k, v in st["inputs"].items())
+        out.append(_t(f"static input shape (--input-shape): {shapes} in the model nafix writes, shapes inferred "
+                      f"({'; '.join(st['pinned'])})", style="bold"))
     v = result.verification
     if v is not None:
         style = "green" if v.ok else "bold red"

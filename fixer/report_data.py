@@ -211,6 +211,7 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
         "warnings": result.warnings,
         "advice": list(getattr(result, "advice", ())),
         **({"quantize_estimate": result.quantize_estimate} if getattr(result, "quantize_estimate", None) else {}),
+        **({"static_shape": result.static_shape} if getattr(result, "static_shape", None) else {}),
         "source_format": {"before": _import_dict(before.loaded)["source_format"], "after": "onnx"},
         **({"import_check": before.loaded.imported.check.as_dict()}
            if getattr(before.loaded, "imported", None) is not None and before.loaded.imported.check is not None

@@ -166,10 +166,12 @@ class FixResult:
     regression: str | None = None
     #: what ``--quantize`` is estimated to remove from the model left (fixer.quantize.gain), or None
     quantize_estimate: dict | None = None
+    #: the static input shape of --input-shape, written as a change of its own (its gate check), or None
+    static_shape: dict | None = None
 
     @property
     def changed(self) -> bool:
-        return bool(self.engine.changes) or self.quantization is not None
+        return bool(self.engine.changes) or self.quantization is not None or self.static_shape is not None
 
     @property
     def verified(self) -> bool:
