@@ -160,18 +160,31 @@ def nodes_to_quantize(analysis, profile, model: onnx.ModelProto | None = None) -
     ops = set(npu_op_types(profile)[0])
     if not is_quantized(model):
         return "float", [i for i, n in enumerate(model.graph.node) if n.op_type in ops]
-    nodes = analysis.placement.nodes
-    # the placement's nodes are the graph's, in order (names of unnamed nodes are the view's own)
-    if len(nodes) != len(model.graph.node) or any(p.op_type != n.op_type for p, n in zip(nodes, model.graph.node)):
+    index = _node_index(analysis.placement.nodes, model)
+    if index is None:
         return "none", []
     out = []
-    for i, p in enumerate(nodes):
+    for p in analysis.placement.nodes:
         if p.unit != "SW" or p.op_type in ("QuantizeLinear", "DequantizeLinear") or p.op_type not in ops:
             continue
         if any(r.constraint in _ISLAND_REASONS for r in p.reasons) or (
                 p.op_type in profile.sw_int8_kernels and p.kernel == "float"):
-            out.append(i)
-    return ("float_islands", out) if out else ("none", [])
+            out.append(index[p.name])
+    return ("float_islands", sorted(out)) if out else ("none", [])
+
+
+def _node_index(placed, model: onnx.ModelProto) -> dict[str, int] | None:
+    """Placement node name -> index in ``model``'s node list: by name where the model names every
+    node once, else by position where the placement lists the graph's nodes in order (the names of
+    unnamed nodes are the view's own); None when neither holds."""
+    names = [n.name for n in model.graph.node]
+    if all(names) and len(set(names)) == len(names):
+        index = {name: i for i, name in enumerate(names)}
+        if all(p.name in index and model.graph.node[index[p.name]].op_type == p.op_type for p in placed):
+            return index
+    if len(placed) == len(names) and all(p.op_type == n.op_type for p, n in zip(placed, model.graph.node)):
+        return {p.name: i for i, p in enumerate(placed)}
+    return None
 
 
 def _prepared(model: onnx.ModelProto, profile) -> onnx.ModelProto:
@@ -264,5 +277,5 @@ def gain_advice(before, gain: dict[str, Any] | None, *, float_model: bool) -> li
 def _removes(gain: dict[str, Any]) -> str:
     sw, ms = gain["sw_epochs"], gain["ms"]
     time = (f", estimated time {ms['before']:.3f} -> {ms['after']:.3f} ms" if ms.get("removed") is not None else "")
-    return (f"it would remove an estimated {sw['removed']} of {sw['before']} SW epochs{time} (estimated from the QDQ "
-            f"structure quantization gives the model, before calibration)")
+    return (f"it would remove an estimated {sw['removed']} of {sw['before']} SW epochs{time} (quantization alone, "
+            f"estimated without calibrating; the rules that run with it may remove more)")
