@@ -199,7 +199,7 @@ def _prepared(model: onnx.ModelProto, profile) -> onnx.ModelProto:
     ops = {o for r in prep for o in r.ops}
     if not any(n.op_type in ops for n in model.graph.node):
         return model
-    return run_engine(model, prep, profile=profile, options={"input_type": "int8"}, guard=False).model
+    return run_engine(model, prep, profile=profile, options={"input_type": "int8"}, guard=False, max_rounds=1).model
 
 
 def quantize_gain(analysis, *, pools=None) -> dict[str, Any] | None:
