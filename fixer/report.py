@@ -98,7 +98,7 @@ def audit_markdown(report: dict[str, Any]) -> str:
              "|---|---|---|---|---|---|---|---|---|"]
     for m in rows:
         if not _ok(m):
-            lines.append(f"| {_mdc(m['path'])} | **error** | | | | | {_md(m['error'] or 'error')} | | |")
+            lines.append(f"| {_mdc(m['path'])} | error | | | | | {_md(m['error'] or 'error')} | | |")
             continue
         e, mem = m["estimate"], m["memory"]
         badge = status_badge(m)
