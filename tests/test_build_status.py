@@ -167,3 +167,41 @@ def test_input_shape_cli_says_it_and_without_it_nothing_is_written(tmp_path, cap
     text = " ".join(out.split())
     assert "static input shape (--input-shape): x=1,3,48,320" in text and "verification: PASSED" in text
     assert (tmp_path / "dyn.nafix.onnx").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# One audit path: api.audit and the zoo workers make their rows, error rows included, in one place
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("exc", [MemoryError(), RuntimeError("boom"), KeyError("k")])
+def test_api_audit_and_zoo_worker_make_the_same_error_rows(tmp_path, monkeypatch, exc):
+    import fixer.api as api
+    from fixer.zoo import worker
+
+    path = tmp_path / "m.onnx"
+    save(softmax_chain(1), path)
+
+    def broken(*a, **k):
+        raise exc
+
+    monkeypatch.setattr(api, "analyze_path", broken)
+    worker._resolved.clear()
+    zoo_row = worker.audit_one(str(path), AnalysisOptions())
+    (api_row,) = audit_dict(audit([str(path)]), profile="stm32n6")["models"]
+    assert zoo_row["error"] == api_row["error"] and zoo_row["error"].startswith(str(path))
+    assert {k: v for k, v in zoo_row.items() if k != "sha256"} == {k: v for k, v in api_row.items() if k != "sha256"}
+    if isinstance(exc, MemoryError):
+        assert api_row["error"] == f"{path}: nafix ran out of memory analysing this model."
+
+
+def test_api_audit_and_zoo_worker_make_the_same_rows(tmp_path):
+    from fixer.zoo import worker
+
+    path = tmp_path / "m.onnx"
+    shutil.copy(SAMPLES / "classifier_softmax_float.onnx", path)
+    worker._resolved.clear()
+    zoo_row = worker.audit_one(str(path), AnalysisOptions())
+    (api_row,) = audit_dict(audit([str(path)]), profile="stm32n6")["models"]
+    assert zoo_row["quantize"] is not None and zoo_row["status"] == "ok"
+    assert {k: v for k, v in zoo_row.items() if k != "sha256"} == {k: v for k, v in api_row.items() if k != "sha256"}
