@@ -96,3 +96,20 @@ def test_fix_never_worse(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(api, "_worse_than_input", lambda *a, **k: ("m.onnx: estimated worse (a test).", "x"))
     code, out, err = run([tmp_path / "m.onnx", "--dry-run"], capsys)
     assert reason(code, err) == "the fixed model is estimated worse than the input (nafix never makes a model worse)"
+
+
+def test_a_failed_check_raised_as_an_error_ends_with_its_reason(tmp_path, capsys, monkeypatch):
+    """A check that fails as an error (the rewrites before quantization failing their gate) prints its
+    error line, then the reason line."""
+    import fixer.api as api
+    from fixer.errors import VerificationError
+
+    save(softmax_chain(1), tmp_path / "m.onnx")
+
+    def failing(*a, **k):
+        raise VerificationError("m.onnx: the rewrites before quantization failed verification (rules X); nothing written.")
+
+    monkeypatch.setattr(api, "fix", failing)
+    code, out, err = run([tmp_path / "m.onnx", "--dry-run"], capsys)
+    assert reason(code, err) == "verification failed (the error above)"
+    assert err.splitlines()[-2].startswith("error: m.onnx: the rewrites before quantization failed verification")

@@ -209,15 +209,15 @@ def quantize_gain(analysis, *, pools=None) -> dict[str, Any] | None:
 
     ``{"kind": "float" | "float_islands", "nodes": N, "sw_epochs": {"before", "after", "removed"},
     "ms": {"before", "after", "removed"} (None where not estimated), "hw_ratio": {"before", "after"},
-    "calibration": True, "command": "nafix MODEL --quantize", "estimated": True}``."""
+    "command": "nafix MODEL --quantize", "estimated": True}``."""
     from ..analysis import analyze_model
     from ..engine import worse_than_input
 
     profile = analysis.profile
-    kind, names = nodes_to_quantize(analysis, profile)
-    if not names:
-        return None
     try:
+        kind, names = nodes_to_quantize(analysis, profile)
+        if not names:
+            return None
         model = analysis.loaded.model
         if kind == "float":
             model = _prepared(model, profile)
@@ -240,7 +240,6 @@ def quantize_gain(analysis, *, pools=None) -> dict[str, Any] | None:
         "ms": {"before": _r(ms_b), "after": _r(ms_a),
                "removed": _r(ms_b - ms_a) if ms_b is not None and ms_a is not None else None},
         "hw_ratio": {"before": round(b.hw_ratio, 4), "after": round(a.hw_ratio, 4)},
-        "calibration": True,
         "command": "nafix MODEL --quantize",
         "estimated": True,
     }
