@@ -274,7 +274,7 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
     for col, just in (("model", "left"), ("status", "left"), ("epochs", "right"), ("SW", "right"),
                       ("HW ratio", "right"), ("est. ms", "right"), ("SW ops", "left"), ("peak act.", "right"),
                       ("on-chip", "center")):
-        summary.add_column(col, justify=just, overflow="fold")
+        summary.add_column(col, justify=just, overflow="fold", no_wrap=col == "status")  # a badge stays whole
     for m in rows:
         if not _ok(m):
             summary.add_row(_t(_name(m)), _t("error", style="bold red"), "-", "-", "-", "-",
