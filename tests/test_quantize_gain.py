@@ -65,6 +65,16 @@ def test_the_estimate_agrees_with_the_real_quantize_run(zoo, report, name):
     assert g["ms"]["after"] < g["ms"]["before"]
 
 
+@pytest.mark.parametrize("name", ["movenet_like_float.onnx", "denoiser_257_float.onnx"])
+def test_the_estimate_follows_the_rewrites_made_before_quantizing(name):
+    """A float model's rewrites before quantizing (Resize kernels, channel splits, as --quantize runs
+    them) are in the estimate: every SW epoch goes, as in the real run."""
+    (row,) = audit_dict(audit([str(SAMPLES / name)]), profile="stm32n6")["models"]
+    r = fix(SAMPLES / name, FixOptions(quantize=True, dry_run=True))
+    assert row["quantize"]["sw_epochs"]["after"] == r.final.estimate.sw_epochs == 0
+    assert row["quantize"]["ms"]["after"] == pytest.approx(r.final.estimate.latency_ms, rel=0.05)
+
+
 def test_nothing_to_quantize_no_advice(report):
     rows = by_name(report)
     assert rows["quantized.onnx"]["quantize"] is None and rows["uint8_default_quant.onnx"]["quantize"] is None
