@@ -252,7 +252,7 @@ def _r(x: float | None) -> float | None:
 def gain_text(gain: dict[str, Any], model: str = "MODEL") -> str:
     """One sentence for an audit: ``--quantize`` is the fix of this model and what it would remove."""
     what = "a float model" if gain["kind"] == "float" else f"{gain['nodes']} float island node(s)"
-    return f"{what}: `nafix {model} --quantize` is the fix (calibration data with --calib): " + _removes(gain)
+    return f"{what}: --quantize is the fix (nafix {model} --quantize, calibration data with --calib): " + _removes(gain)
 
 
 def gain_advice(before, gain: dict[str, Any] | None, *, float_model: bool) -> list[str]:
