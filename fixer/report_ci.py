@@ -171,7 +171,8 @@ def github_annotations(report: dict[str, Any], *, limit: int = GITHUB_MAX_PER_LE
                       f"{kib(mem['onchip_activation_capacity_bytes'])})", path, "nafix estimate"))
         if quantize_line(row):
             g = row["quantize"]
-            found.append(("notice", (-g["sw_epochs"]["removed"] - 1e5, 0), quantize_line(row), path,
+            # before the other notices: the one fix of the most SW epochs (a float model's note says less)
+            found.append(("notice", (-1e7 - g["sw_epochs"]["removed"], 0), quantize_line(row), path,
                           "nafix --quantize"))
         node_ms = _node_ms(row)
         causes: dict[str, list[dict[str, Any]]] = {}
