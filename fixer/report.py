@@ -470,7 +470,8 @@ def fix_renderables(result, *, verbose: bool = False):
     st = getattr(result, "static_shape", None)
     if st is not None:
         shapes = "; ".join(f"{k}={','.join(map(str, v))}" for k, v in st["inputs"].items())
-        out.append(_t(f"static input shape (--input-shape): {shapes} in the model nafix writes, shapes inferred "
+        where = "in the written model" if result.written else "in the model nafix would write"
+        out.append(_t(f"static input shape (--input-shape): {shapes} {where}, shapes inferred "
                       f"({'; '.join(st['pinned'])})", style="bold"))
     v = result.verification
     if v is not None:
