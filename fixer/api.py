@@ -61,18 +61,39 @@ def audit(paths: Sequence[str | os.PathLike[str]], opts: AuditOptions = AuditOpt
     for i, f in enumerate(files):
         if progress:
             progress(i, len(files), f)
-        try:
-            rows.append(ModelAudit(f, analysis=analyze_path(f, opts.analysis, profile=profile, pools=pools).released()))
-        except NafixError as exc:
-            rows.append(ModelAudit(f, error=exc.message))
-        except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
-            log.debug("unexpected error on %s", f, exc_info=True)
-            invalid = invalid_model_error(f, exc)
-            rows.append(ModelAudit(f, error=invalid.message if invalid else
-                                   f"{f}: nafix could not analyse this model ({type(exc).__name__}: {exc})."))
+        rows.append(audit_model(f, opts.analysis, profile=profile, pools=pools))
     if progress:
         progress(len(files), len(files), files[-1])
     return AuditResult(rows)
+
+
+def audit_error(path: str | os.PathLike[str], exc: BaseException) -> str:
+    """The error of a model audit could not analyse, as its row says it (the one wording of
+    :func:`audit` and the zoo workers)."""
+    if isinstance(exc, NafixError):
+        return exc.message
+    if isinstance(exc, MemoryError):
+        return f"{path}: nafix ran out of memory analysing this model."
+    invalid = invalid_model_error(Path(path), exc)
+    return invalid.message if invalid else \
+        f"{path}: nafix could not analyse this model ({type(exc).__name__}: {exc})."
+
+
+def audit_model(path: str | os.PathLike[str], opts: AnalysisOptions, *, profile: TargetProfile,
+                pools=None) -> ModelAudit:
+    """One model of an audit (:func:`audit` and the zoo workers): its analysis, released, with what
+    ``--quantize`` is estimated to remove; or, whatever went wrong, its error (an unreadable model
+    becomes an error row, not an abort)."""
+    from .quantize.gain import quantize_gain
+
+    try:
+        analysis = analyze_path(path, opts, profile=profile, pools=pools)
+        gain = quantize_gain(analysis, pools=pools)
+        return ModelAudit(Path(path), analysis=analysis.released(), quantize=gain)
+    except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
+        if not isinstance(exc, NafixError):
+            log.debug("unexpected error on %s", path, exc_info=True)
+        return ModelAudit(Path(path), error=audit_error(path, exc))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -206,10 +227,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     advice: list[str] = []
     from .graph import is_quantized
 
-    if not opts.quantize and not is_quantized(loaded.model):
-        advice.append(f"this is a float model: every op of a float model runs in SW on the NPU (estimated "
-                      f"{before.estimate.sw_epochs} SW epochs of {before.estimate.epochs}); run nafix with --quantize "
-                      f"to quantize it to int8 for the NPU, which is the fix")
+    float_model = not opts.quantize and not is_quantized(loaded.model)
     reference = loaded.model  # what the rule rewrites are verified against
     pre_engine = None
     quant_info = None
@@ -248,6 +266,12 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         verification = verify(reference, engine.model, contract=contract, rules=engine.rules_applied,
                               io_changes=engine.io_changes, inputs=feeds, seed=opts.seed, samples=opts.samples,
                               boundaries=boundary_checks(engine, contracts))
+    static_shape = None
+    if _user_pins(loaded, opts):
+        stage("verification of the static input shape (onnxruntime)")
+        static_shape, shape_check = _static_shape_check(src, loaded, opts)
+        if verification is None or not shape_check.ok:
+            verification = shape_check  # a failed check is the run's verdict: nothing written
     if engine.changes or quant_info is not None:
         fixed_loaded = LoadedModel(path=out, model=engine.model, opset=loaded.opset,
                                    dynamic_dims=loaded.dynamic_dims)
@@ -259,9 +283,16 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
                 "this is a nafix bug, please report it")
     regression, worse = _worse_than_input(src, before, after, engine, pre_engine, opts, warnings)
     accuracy_failure = _accuracy_failure(src, quant_info, opts)
+    gain = None
+    if not opts.quantize:
+        from .quantize.gain import gain_advice, quantize_gain
+
+        gain = quantize_gain(after if after is not None else before, pools=pools)
+        advice.extend(gain_advice(before.estimate, gain, float_model=float_model))
     written = False
     verified = verification is None or verification.ok
-    if (engine.changes or quant_info is not None) and not opts.dry_run and (verified or opts.keep_failed) \
+    if (engine.changes or quant_info is not None or static_shape is not None) and not opts.dry_run \
+            and (verified or opts.keep_failed) \
             and (regression is None or opts.keep_failed) and (accuracy_failure is None or opts.keep_failed):
         # every file this run will write is checked before the first one is written
         stage("writing the fixed model", timed=False)  # no foreign code: a write is never cut short
@@ -280,6 +311,8 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
             meta["nafix.accuracy"] = f"NO (written with --keep-failed): {accuracy_failure}"
         if quant_info is not None:
             meta["nafix.quantized"] = f"onnxruntime, calibration={quant_info.get('calibration')}"
+        if static_shape is not None:
+            meta["nafix.input_shape"] = ";".join(f"{k}={','.join(map(str, v))}" for k, v in static_shape["inputs"].items())
 
         del model.metadata_props[:]
         for k, v in meta.items():
@@ -293,6 +326,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         after=after, engine=engine, verification=verification, written=written,
         rules_run=[r.id for r in rules], warnings=warnings, quantization=quant_info, pre_engine=pre_engine,
         advice=advice, regression=regression, accuracy_failure=accuracy_failure, dry_run=opts.dry_run,
+        quantize_estimate=gain, static_shape=static_shape,
     )
     if loaded.imported is not None and engine.changes:
         stage("the check against the TFLite interpreter")
@@ -311,6 +345,33 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     if not opts.dry_run:
         _write_fix_reports(result, opts, header_path, report_path)
     return result
+
+
+def _user_pins(loaded: LoadedModel, opts: FixOptions) -> list:
+    """The graph-input dimensions ``--input-shape`` pinned (dynamic in the file, static in the model)."""
+    return [d for d in loaded.dynamic_dims if d.pinned_to is not None and d.input in opts.analysis.input_shapes]
+
+
+def _static_shape_check(src: Path, loaded: LoadedModel, opts: FixOptions):
+    """The static input shape of ``--input-shape`` as a change of its own: the model with the pinned
+    inputs (shapes inferred) against the file's dynamic model, bit for bit, on inputs of the pinned
+    shape (the ``--inputs`` arrays when given, else seeded random ones). Returns (the report's
+    ``static_shape`` dict, the verification)."""
+    from .gate import VerifyContract, load_inputs_npz, make_inputs, verify
+
+    original = load_model(src, assume_batch_one=False).model  # the file's own, dynamic, model
+    pinned = loaded.model
+    feeds = (load_inputs_npz(opts.inputs_npz, pinned) if opts.inputs_npz
+             else make_inputs(pinned, seed=opts.seed, samples=opts.samples))
+    v = verify(original, pinned, contract=VerifyContract("exact"), rules=["static input shape (--input-shape)"],
+               inputs=feeds, seed=opts.seed, samples=opts.samples)
+    if not opts.inputs_npz:
+        v.inputs = "random"  # seeded random inputs of the pinned shape (the gate made none of its own)
+    pins = _user_pins(loaded, opts)
+    names = list(dict.fromkeys(d.input for d in pins))
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in pinned.graph.input
+              if vi.name in names}
+    return {"inputs": shapes, "pinned": [d.describe() for d in pins], "verification": v.as_dict()}, v
 
 
 def _worse_than_input(src: Path, before: ModelAnalysis, after: ModelAnalysis | None, engine, pre_engine,

@@ -191,7 +191,18 @@ class _LogFormatter(logging.Formatter):
 
 def _fail(exc: NafixError) -> None:
     _error(exc.message)
+    if exc.exit_code == 1:
+        from .errors import VerificationError
+
+        _exit1("verification failed (the error above)" if isinstance(exc, VerificationError)
+               else "a check failed (the error above)")
     raise typer.Exit(exc.exit_code)
+
+
+def _exit1(reason: str) -> None:
+    """Exit 1 with the reason as the last line nafix prints: ``nafix: exit 1 — REASON``."""
+    err.print(_line(f"nafix: exit 1 — {reason}", style="bold red"), highlight=False)
+    raise typer.Exit(1)
 
 
 def _version(value: bool):
@@ -404,19 +415,23 @@ def audit_cmd(
                                    for r in rows if r.get("estimate")])
     if budget is not None:
         _error(budget)
-        raise typer.Exit(1)
+        _exit1(budget.split(":")[0] + " (--max-ms)")
     if comparison is not None:
         if comparison.regressions:
             err.print(_line(f"{len(comparison.regressions)} finding(s) new or worse than the baseline {baseline}.",
                            style="bold red"), highlight=False)
-            raise typer.Exit(1)
+            _exit1(f"{len(comparison.regressions)} finding(s) new or worse than the baseline {baseline} (--baseline)")
         return
     from .selection import counted
 
-    if fail_on == FailOn.sw and any(counted(r) > 0 for r in rows if r.get("estimate")):
-        raise typer.Exit(1)
-    if fail_on == FailOn.error and any(f.get("severity") == "compile_error" for r in rows for f in r.get("findings") or ()):
-        raise typer.Exit(1)
+    if fail_on == FailOn.sw:
+        sw = [r for r in rows if r.get("estimate") and counted(r) > 0]
+        if sw:
+            _exit1(f"{len(sw)} model(s) with estimated SW epochs (--fail-on sw)")
+    if fail_on == FailOn.error:
+        bad = [r for r in rows if any(f.get("severity") == "compile_error" for f in r.get("findings") or ())]
+        if bad:
+            _exit1(f"{len(bad)} model(s) with a predicted compile error (--fail-on error)")
 
 
 class OutFormat(str, Enum):
@@ -688,30 +703,30 @@ def _fix_work(model, output, dry_run, select, extend_select, ignore, rules, inpu
         _error(f"verification failed for rule(s) {', '.join(result.verification.rules)} "
                f"({result.verification.failure()}); "
                "nothing written" + (" (kept with --keep-failed)" if result.written else ""))
-        raise typer.Exit(1)
+        _exit1(f"verification failed for rule(s) {', '.join(result.verification.rules)}")
     if result.accuracy_failure is not None:
         _error(result.accuracy_failure + ("; written anyway with --keep-failed and marked nafix.accuracy=NO"
                                           if result.written else "; nothing written" if result.dry_run
                                           else "; nothing written (--keep-failed writes it anyway)"))
-        raise typer.Exit(1)
+        _exit1("an output of the quantized model is below --min-cosine")
     if result.regression is not None:  # the never-worse promise over the whole run (fixer.api._worse_than_input)
         _error(result.regression)
-        raise typer.Exit(1)
+        _exit1("the fixed model is estimated worse than the input (nafix never makes a model worse)")
     if result.compiled is not None and not result.compiled.improved:
         err.print("[bold red]error:[/] the real HW-epoch ratio measured by stedgeai did not increase.", highlight=False)
-        raise typer.Exit(1)
+        _exit1("the real HW-epoch ratio measured by stedgeai did not increase (--compile)")
     errors = result.compile_errors if fail_on != FailOn.never else []
     if errors:
         which = "the written model" if result.written else "the model"
         _error(f"{which} still has {len(errors)} finding(s) that make stedgeai fail: "
                + "; ".join(f"{r.constraint} ({r.detail})" for r in errors) + " (--fail-on never exits 0 anyway)")
-        raise typer.Exit(1)
+        _exit1(f"{which} still has {len(errors)} predicted compile error(s) (--fail-on {fail_on.value})")
     if fail_on == FailOn.sw and result.final.estimate.sw_epochs > 0:
-        raise typer.Exit(1)
+        _exit1(f"{result.final.estimate.sw_epochs} estimated SW epoch(s) remain (--fail-on sw)")
     budget = _over_budget(max_ms, [(Path(model).name, result.final.estimate.latency_ms)])
     if budget is not None:
         _error(budget)
-        raise typer.Exit(1)
+        _exit1(budget.split(":")[0] + " (--max-ms)")
 
 
 
@@ -848,11 +863,11 @@ def compile_cmd(
         for r in compile_renderables(compiled, version, analysis):
             out.print(r)
     if not compiled.result.ok:
-        raise typer.Exit(1)
+        _exit1(f"stedgeai failed to compile {model.name}")
     if compiled.result.report is None:  # exit 0 only with a measurement
         why = next((p for p in compiled.result.problems if "report" in p.lower()), "no report was read")
         _error(f"stedgeai exited with code 0 but nafix has no report to measure {model} with: {why.rstrip('.')}.")
-        raise typer.Exit(1)
+        _exit1(f"no stedgeai report to measure {model.name} with")
 
 
 @app.command("calibrate")

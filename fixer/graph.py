@@ -474,15 +474,20 @@ class Editor:
         if taken is None:
             taken = set(graph.tensors().keys()) | {n.name for n in graph.nodes}
         self._taken = taken
+        self._next: dict[str, int] = {}  # base -> the first k name() has not tried yet
         self.created: list[ir.Node] = []
 
     def name(self, base: str | None = None) -> str:
+        """``<base>__nafix_<k>`` with the smallest ``k`` not taken. Names are only ever added to the
+        taken set, so the search for a base resumes after the last ``k`` it gave (a rewrite creating
+        thousands of nodes, an unrolled GRU, made each name in time linear in the names before it)."""
         base = base or self.anchor.name
-        k = 0
+        k = self._next.get(base, 0)
         while True:
             cand = f"{base}__nafix_{k}"
             if cand not in self._taken:
                 self._taken.add(cand)
+                self._next[base] = k + 1
                 return cand
             k += 1
 

@@ -522,7 +522,7 @@ ANALYSED_ROW = Obj(
     {"path": PATH, "estimate": ESTIMATE, "memory": MEMORY, "sw_nodes": ListOf(SW_NODE)},
     {"sha256": Opt(TEXT), "error": Null(), "notes": ListOf(NOTE), "findings": ListOf(FINDING),
      "epochs": ListOf(EPOCH), "dynamic_dims": TEXTS, "warnings": TEXTS, "source_format": TEXT,
-     "import_check": Opt(Obj({})), "oe_export": Bool()},
+     "import_check": Opt(Obj({})), "oe_export": Bool(), "status": TEXT, "quantize": Opt(Obj({}))},
 )
 #: A model that could not be analysed (``fixer.zoo.worker.error_row``).
 ERROR_ROW = Obj(

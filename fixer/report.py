@@ -66,6 +66,27 @@ def _ok(row: dict[str, Any]) -> bool:
     return not row.get("error") and row.get("estimate") is not None
 
 
+#: the build status of a model (fixer.report_data.row_status) as a table badge
+STATUS_BADGE = {"compile_error": "COMPILE ERROR", "hang": "BOARD HANG", "ok": "ok"}
+
+
+def status_badge(row: dict[str, Any]) -> str:
+    """``COMPILE ERROR`` (stedgeai is predicted to reject the model), ``BOARD HANG`` (it compiles but
+    is predicted to hang the board), ``ok``; ``error`` for a model not analysed."""
+    from .report_data import row_status
+
+    st = row_status(row)
+    return STATUS_BADGE[st] if st is not None else "error"
+
+
+def quantize_line(row: dict[str, Any]) -> str | None:
+    """The row's ``--quantize`` advice (what it is estimated to remove), or None."""
+    from .quantize.gain import gain_text
+
+    g = row.get("quantize") if _ok(row) else None
+    return gain_text(g) if g else None
+
+
 def audit_markdown(report: dict[str, Any]) -> str:
     """Markdown rendering of the JSON audit report."""
     from .outputs import text_mark
@@ -73,15 +94,17 @@ def audit_markdown(report: dict[str, Any]) -> str:
     rows = report["models"]
     lines = [f"# nafix audit (profile {_md(report['profile'])})", "", text_mark(report.get("nafix_version")), "",
              f"_{ESTIMATE_NOTE}_", "",
-             "| model | est. epochs | est. SW epochs | est. HW ratio | est. ms | SW ops | peak activations | fits on-chip |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| model | status | est. epochs | est. SW epochs | est. HW ratio | est. ms | SW ops | peak activations | fits on-chip |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for m in rows:
         if not _ok(m):
-            lines.append(f"| {_mdc(m['path'])} | error | | | | {_md(m['error'] or 'error')} | | |")
+            lines.append(f"| {_mdc(m['path'])} | error | | | | | {_md(m['error'] or 'error')} | | |")
             continue
         e, mem = m["estimate"], m["memory"]
+        badge = status_badge(m)
         lines.append(
-            f"| {_mdc(_name(m))} | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} | {ms_text(e.get('latency_ms'))} | "
+            f"| {_mdc(_name(m))} | {badge if badge == 'ok' else f'**{badge}**'} | {e['epochs']} | {e['sw_epochs']} | "
+            f"{e['hw_ratio']:.1%} | {ms_text(e.get('latency_ms'))} | "
             f"{_md(_sw_summary(m))} | "
             f"{kib(mem['peak_activation_bytes'])} | {'yes' if mem['fits_on_chip'] else '**no**'} |"
         )
@@ -99,6 +122,8 @@ def audit_markdown(report: dict[str, Any]) -> str:
             lines.append("No SW node predicted.")
         for r in m["findings"]:
             lines.append(f"- **{_md(r['severity'])}**: {_md(r['requirement'])} ({_md(r['detail'])}) [{_md(r['tag'])}]")
+        if quantize_line(m):
+            lines.append(f"- **quantize**: {_md(quantize_line(m))}")
         for n in m.get("notes") or []:
             lines.append(f"- note on {escape.markdown_code(n['name'])}: {_md(n['note'])}")
         mem = m["memory"]
@@ -212,6 +237,25 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
     elif top:
         out.append("SW op types costing the most estimated epochs: "
                    + ", ".join(f"{o['op_type']} {o['sw_epochs']} epochs in {o['models']} model(s)" for o in top) + ".")
+    if s.get("compile_errors") or s.get("board_hangs"):
+        st = s.get("status") or {}
+        parts = []
+        for key, label, count in (("compile_error", "a predicted compile error (stedgeai would reject it)",
+                                   s.get("compile_errors")),
+                                  ("hang", "a predicted board hang", s.get("board_hangs"))):
+            if count:
+                names = [Path(p).name for p in st.get(key) or ()]
+                shown = f": {', '.join(names[:5])}{f' and {len(names) - 5} more' if len(names) > 5 else ''}" if names else ""
+                parts.append(f"{count} model(s) with {label}{shown}")
+        out.append("; ".join(parts) + ".")
+    q = s.get("quantize") or {}
+    if q.get("models"):
+        ms = f", {ms_text(q['ms_removed'])} ms" if q.get("ms_removed") is not None else ""
+        names = [Path(p).name for p in q.get("paths") or ()]
+        out.append(f"{q['models']} model(s) ({q['float']} float, {q['float_islands']} with float islands) need "
+                   f"`{q['command']}` (calibration data with --calib): it would remove an estimated "
+                   f"{q['sw_epochs_removed']} SW epochs{ms} in all; most first: {', '.join(names[:5])}"
+                   f"{f' and {len(names) - 5} more' if len(names) > 5 else ''}.")
     for r in s["rules"][:5]:
         epochs = f", {r['epochs']} estimated SW/hybrid epochs" if r.get("epochs") is not None else ""
         out.append(f"{r['rule']} {r['name']} addresses SW nodes or findings in {r['models']} model(s) "
@@ -227,16 +271,21 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
     rows = report["models"]
     out: list[Any] = []
     summary = Table(title=_t(f"nafix audit - profile {report['profile']} (estimated)", no_wrap=True), expand=False)
-    for col, just in (("model", "left"), ("epochs", "right"), ("SW", "right"), ("HW ratio", "right"),
-                      ("est. ms", "right"), ("SW ops", "left"), ("peak act.", "right"), ("on-chip", "center")):
-        summary.add_column(col, justify=just, overflow="fold")
+    for col, just in (("model", "left"), ("status", "left"), ("epochs", "right"), ("SW", "right"),
+                      ("HW ratio", "right"), ("est. ms", "right"), ("SW ops", "left"), ("peak act.", "right"),
+                      ("on-chip", "center")):
+        summary.add_column(col, justify=just, overflow="fold", no_wrap=col == "status")  # a badge stays whole
     for m in rows:
         if not _ok(m):
-            summary.add_row(_t(_name(m)), "-", "-", "-", "-", _t(m.get("error") or "error", style="red"), "-", "-")
+            summary.add_row(_t(_name(m)), _t("error", style="bold red"), "-", "-", "-", "-",
+                            _t(m.get("error") or "error", style="red"), "-", "-")
             continue
         e, mem = m["estimate"], m["memory"]
+        badge = status_badge(m)
         summary.add_row(
-            _t(_name(m)), str(e["epochs"]), str(e["sw_epochs"]), f"{e['hw_ratio']:.1%}", ms_text(e.get("latency_ms")),
+            _t(_name(m)), _t(badge, style="green" if badge == "ok" else "bold red"), str(e["epochs"]),
+            str(e["sw_epochs"]), _t(f"{e['hw_ratio']:.1%}", style="dim" if badge != "ok" else None),
+            ms_text(e.get("latency_ms")),
             _t(_sw_summary(m)),
             kib(mem["peak_activation_bytes"]), "yes" if mem["fits_on_chip"] else _t("NO", style="bold red"),
         )
@@ -260,6 +309,8 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
             style = "red" if r["severity"] == "compile_error" else "yellow"
             label = {"compile_error": "COMPILE ERROR", "hang": "BOARD HANG", "note": "NOTE"}.get(r["severity"], r["severity"])
             out.append(_t(f"  {label}: {r['requirement']} ({r['detail']}) [{r['tag']}]", style=style))
+        if quantize_line(m):
+            out.append(_t(f"  QUANTIZE: {quantize_line(m)}", style="bold yellow"))
         if verbose:
             for _, req, tag, items, *_ in grouped_row_reasons(m, notes=True):
                 out.append(_t(f"  note x{len(items)}: {req} [{tag}]", style="dim"))
@@ -435,8 +486,14 @@ def fix_renderables(result, *, verbose: bool = False):
                       else f"changes ({len(result.engine.changes)}):", style="bold"))
         for c in result.engine.changes:
             out.append(_t(f"  {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
-    elif q is None:
+    elif q is None and getattr(result, "static_shape", None) is None:
         out.append(_t("no rule applied: nothing to fix that nafix knows how to fix.", style="bold"))
+    st = getattr(result, "static_shape", None)
+    if st is not None:
+        shapes = "; ".join(f"{k}={','.join(map(str, v))}" for k, v in st["inputs"].items())
+        where = "in the written model" if result.written else "in the model nafix would write"
+        out.append(_t(f"static input shape (--input-shape): {shapes} {where}, shapes inferred "
+                      f"({'; '.join(st['pinned'])})", style="bold"))
     v = result.verification
     if v is not None:
         style = "green" if v.ok else "bold red"

@@ -9,12 +9,22 @@ from typing import Any
 from urllib.parse import quote
 
 from . import __version__, escape
-from .report import ESTIMATE_NOTE, _sw_summary, kib, ms_text, summary_lines
-from .report_html import STRIP_CSS, epoch_strip, row_status, status_badge, status_sort_key, strip_legend
+from .report import ESTIMATE_NOTE, _sw_summary, kib, ms_text, quantize_line, status_badge, summary_lines
+from .report_data import row_status
+from .report_html import STRIP_CSS, epoch_strip, html_status_badge, status_sort_key, strip_legend
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 ERROR_RULE = "nafix-error"
+QUANTIZE_RULE = "nafix-quantize"
 _LEVEL = {"compile_error": "error", "hang": "error", "note": "note"}
+
+
+def _gain_cell(g: dict[str, Any] | None) -> str:
+    """A table cell for what ``--quantize`` is estimated to remove from a model ("" when it is not the fix)."""
+    if not g:
+        return ""
+    ms = g["ms"].get("removed")
+    return f"{g['sw_epochs']['removed']} SW epochs" + (f", {ms_text(ms)} ms" if ms is not None else "") + " (estimated)"
 
 
 def _ok(row: dict[str, Any]) -> bool:
@@ -114,7 +124,8 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
         loc = {"physicalLocation": {"artifactLocation": {"uri": _uri(row["path"]), "index": i}}}
         props: dict[str, Any] = {"sha256": row.get("sha256"), "error": row.get("error")}
         if _ok(row):
-            props.update({"estimate": row["estimate"], "memory": row["memory"],
+            props.update({"status": row_status(row), "estimate": row["estimate"], "memory": row["memory"],
+                          **({"quantize": row["quantize"]} if row.get("quantize") else {}),
                           **({"estimated_ms": row["estimate"]["latency_ms"]}
                              if row["estimate"].get("latency_ms") is not None else {})})
         artifacts.append({"location": {"uri": _uri(row["path"])}, "properties": props})
@@ -164,6 +175,12 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
             results.append({"ruleId": f["constraint"], "ruleIndex": idx, "level": _LEVEL.get(f["severity"], "warning"),
                             "message": {"text": _finding_message(f)}, "locations": [loc], "suppressions": [accepted],
                             "properties": {"severity": f["severity"], "estimated": True}})
+        if quantize_line(row):
+            idx = rule(QUANTIZE_RULE, "A float model, or float islands in a quantized one, runs in SW until it is "
+                       "quantized with calibration data: nafix MODEL --quantize.", None)
+            results.append({"ruleId": QUANTIZE_RULE, "ruleIndex": idx, "level": "note",
+                            "message": {"text": quantize_line(row)}, "locations": [loc],
+                            "properties": {**row["quantize"], "estimated": True}})
     from .outputs import text_mark
 
     return {
@@ -209,11 +226,18 @@ def github_annotations(report: dict[str, Any], *, limit: int = GITHUB_MAX_PER_LE
             continue
         e, mem = row["estimate"], row["memory"]
         ms = f", estimated time {ms_text(e['latency_ms'])} ms" if e.get("latency_ms") is not None else ""
+        badge = status_badge(row)
+        status = f"{badge}: " if badge != "ok" else ""
         found.append(("notice", (-e["sw_epochs"], e["hw_ratio"]),
-                      f"estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}{ms}; weights "
+                      f"{status}estimated {e['epochs']} epochs, {e['sw_epochs']} SW, HW ratio {e['hw_ratio']:.1%}{ms}; weights "
                       f"{kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} "
                       f"({'fits' if mem['fits_on_chip'] else 'does NOT fit'} on-chip, "
                       f"{kib(mem['onchip_activation_capacity_bytes'])})", path, "nafix estimate"))
+        if quantize_line(row):
+            g = row["quantize"]
+            # before the other notices: the one fix of the most SW epochs (a float model's note says less)
+            found.append(("notice", (-1e7 - g["sw_epochs"]["removed"], 0), quantize_line(row), path,
+                          "nafix --quantize"))
         node_ms = _node_ms(row)
         causes: dict[str, list[dict[str, Any]]] = {}
         for n in row["sw_nodes"]:
@@ -287,14 +311,16 @@ def step_summary_markdown(report: dict[str, Any], *, max_rows: int = 200) -> str
     if summary_line(report.get("selection")):
         lines += [f"- {md(summary_line(report.get('selection')))}", ""]
     rows = sorted(report["models"], key=lambda r: (_ok(r), -(r.get("estimate") or {}).get("sw_epochs", 0), r["path"]))
-    lines += ["| model | est. epochs | est. SW epochs | est. HW ratio | est. ms |", "|---|---|---|---|---|"]
+    lines += ["| model | status | est. epochs | est. SW epochs | est. HW ratio | est. ms | --quantize would remove |",
+              "|---|---|---|---|---|---|---|"]
     for r in rows[:max_rows]:
         if not _ok(r):
-            lines.append(f"| {mdc(r['path'], table=True)} | error | | | {md(r.get('error') or 'error')} |")
+            lines.append(f"| {mdc(r['path'], table=True)} | **error** | | | | {md(r.get('error') or 'error')} | |")
             continue
-        e = r["estimate"]
-        lines.append(f"| {mdc(r['path'], table=True)} | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} | "
-                     f"{ms_text(e.get('latency_ms'))} |")
+        e, badge = r["estimate"], status_badge(r)
+        gain = md(_gain_cell(r.get("quantize")))
+        lines.append(f"| {mdc(r['path'], table=True)} | {badge if badge == 'ok' else f'**{badge}**'} | {e['epochs']} | "
+                     f"{e['sw_epochs']} | {e['hw_ratio']:.1%} | {ms_text(e.get('latency_ms'))} | {gain} |")
     if len(rows) > max_rows:
         lines.append(f"\n_{len(rows) - max_rows} more model(s) not listed._")
     return "\n".join(lines) + "\n"
@@ -315,8 +341,13 @@ def concise_text(report: dict[str, Any]) -> str:
             reason = (n.get("reasons") or ["estimated to run in SW"])[0]
             cid = (n.get("constraints") or ["SW"])[0]
             out.append(f"{path}: {vis(n['name'])} {vis(n['op_type'])}: {vis(reason)} [{vis(cid)}]")
+        badge = status_badge(row)
+        if badge != "ok":
+            out.append(f"{path}: status: {badge} [{row_status(row)}]")
         for f in row.get("findings") or []:
             out.append(f"{path}: {vis(f['severity'])}: {vis(f['requirement'])} ({vis(f['detail'])}) [{vis(f['constraint'])}]")
+        if quantize_line(row):
+            out.append(f"{path}: quantize: {vis(quantize_line(row))} [{QUANTIZE_RULE}]")
     from .selection import summary_line
 
     ignored = summary_line(report.get("selection"))
@@ -370,7 +401,8 @@ def html_report(report: dict[str, Any]) -> str:
            f"<h1>nafix audit - profile {esc(report['profile'])}</h1>",
            f"<p class='note'>{esc(report.get('note', ESTIMATE_NOTE))} nafix {esc(str(report.get('nafix_version', '')))}.</p>"]
     cols = (("model", "model"), ("status", "status"), ("epochs", "est. epochs"), ("sw_epochs", "est. SW epochs"), ("hw_ratio", "est. HW ratio"),
-            ("ms", "est. ms"), ("bar", "epochs (estimated time)"), ("sw_ops", "SW ops"), ("peak", "peak activations"), ("fits", "fits on-chip"))
+            ("ms", "est. ms"), ("bar", "epochs (estimated time)"), ("sw_ops", "SW ops"), ("peak", "peak activations"), ("fits", "fits on-chip"),
+            ("quantize", "--quantize would remove (est.)"))
     out.append("<table id='models'><thead><tr>" + "".join(f"<th data-key='{k}'>{esc(t)}</th>" for k, t in cols)
                + "</tr></thead><tbody>")
     for i, row in enumerate(rows):
@@ -379,22 +411,24 @@ def html_report(report: dict[str, Any]) -> str:
             out.append(f"<tr class='error'><td data-sort='{name}'>{name}</td><td data-sort='-1'>not analysed</td>"
                        "<td data-sort='-1'>-</td><td data-sort='-1'>-</td>"
                        f"<td data-sort='-1'>-</td><td data-sort='-1'>-</td><td></td><td class='err'>{esc(row.get('error') or 'error')}</td>"
-                       "<td data-sort='-1'>-</td><td data-sort='-1'>-</td></tr>")
+                       "<td data-sort='-1'>-</td><td data-sort='-1'>-</td><td data-sort='-1'>-</td></tr>")
             continue
         e, mem = row["estimate"], row["memory"]
-        blocked = bool(row_status(row))  # a model that will not build or run shows no green HW share
+        blocked = row_status(row) not in (None, "ok")  # a model that will not build or run shows no green HW share
         ratio = f"<span class='blocked'>{e['hw_ratio']:.1%}</span>" if blocked else f"{e['hw_ratio']:.1%}"
         ops = _sw_summary(row)
         fits = "yes" if mem["fits_on_chip"] else "<span class='no'>no</span>"
+        g = row.get("quantize")
         out.append(
             f"<tr><td data-sort='{name}'><a href='#m{i}'>{name}</a></td>"
-            f"<td data-sort='{status_sort_key(row)}'>{status_badge(row)}</td><td class='num'>{e['epochs']}</td>"
+            f"<td data-sort='{status_sort_key(row)}'>{html_status_badge(row)}</td><td class='num'>{e['epochs']}</td>"
             f"<td class='num'>{e['sw_epochs']}</td><td class='num' data-sort='{e['hw_ratio']}'>{ratio}</td>"
             f"<td class='num' data-sort='{e.get('latency_ms') if e.get('latency_ms') is not None else -1}'>"
             f"{ms_text(e.get('latency_ms'))}</td>"
             f"<td data-sort='{e['hw_ratio']}'>{epoch_strip(row, width=240, height=12, blocked=blocked)}</td>"
             f"<td>{esc(ops)}</td><td class='num' data-sort='{mem['peak_activation_bytes'] or 0}'>{kib(mem['peak_activation_bytes'])}</td>"
-            f"<td data-sort='{int(mem['fits_on_chip'])}'>{fits}</td></tr>")
+            f"<td data-sort='{int(mem['fits_on_chip'])}'>{fits}</td>"
+            f"<td data-sort='{(g or {}).get('sw_epochs', {}).get('removed', -1)}'>{esc(_gain_cell(g))}</td></tr>")
     out.append("</tbody></table>")
     summary = report.get("summary")
     if summary:
@@ -418,7 +452,9 @@ def html_report(report: dict[str, Any]) -> str:
             out.append(f"<p class='err'>{esc(row.get('error') or 'error')}</p></details>")
             continue
         mem = row["memory"]
-        out.append(f"<p>{status_badge(row)}</p>{epoch_strip(row, blocked=bool(row_status(row)))}{strip_legend(row)}")
+        out.append(f"<p>{html_status_badge(row)}</p>{epoch_strip(row, blocked=row_status(row) not in (None, 'ok'))}{strip_legend(row)}")
+        if quantize_line(row):
+            out.append(f"<p class='quantize'>{esc(quantize_line(row))}</p>")
         out.append(f"<p>memory (estimated): weights {kib(mem['weights_bytes'])}, peak activations "
                    f"{kib(mem['peak_activation_bytes'])} at <code>{esc(str(mem['peak_at']))}</code>, on-chip capacity "
                    f"{kib(mem['onchip_activation_capacity_bytes'])}: {'fits' if mem['fits_on_chip'] else 'does NOT fit'}.</p>")

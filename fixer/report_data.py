@@ -55,6 +55,40 @@ def analysis_dict(a: ModelAnalysis) -> dict[str, Any]:
     }
 
 
+#: a model's build status, worst first: stedgeai rejects it, it compiles but hangs the board, neither known
+STATUSES = ("compile_error", "hang", "ok")
+
+
+def row_status(row: dict[str, Any]) -> str | None:
+    """The build status of an audit row (:data:`STATUSES`) from its findings' severities: a predicted
+    compile error wins over a predicted board hang; None for an error row (not analysed)."""
+    if row.get("error") or row.get("estimate") is None:
+        return None
+    if row.get("status") in STATUSES:
+        return row["status"]
+    severities = {f.get("severity") for f in row.get("findings") or ()}
+    return next((s for s in STATUSES[:2] if s in severities), "ok")
+
+
+def error_row(path: str, message: str, sha256: str | None = None) -> dict[str, Any]:
+    """The audit row of a model that could not be analysed."""
+    return {"path": path, "sha256": sha256, "error": message, "estimate": None, "sw_nodes": [], "memory": None}
+
+
+def audit_row(m, *, path: str | None = None, sha256: str | None = None) -> dict[str, Any]:
+    """The audit row (``nafix audit --format json``) of one :class:`~fixer.results.ModelAudit`: its
+    analysis, build status and ``--quantize`` estimate, or its error (``path``: as the caller names it,
+    default the model's)."""
+    path = str(m.path) if path is None else path
+    if m.analysis is None:
+        return error_row(path, m.error or "error", sha256)
+    row: dict[str, Any] = {"path": path, "sha256": sha256, "error": None}
+    row.update(analysis_dict(m.analysis))
+    row["status"] = row_status(row)
+    row["quantize"] = m.quantize
+    return row
+
+
 def _import_dict(loaded) -> dict[str, Any]:
     imp = getattr(loaded, "imported", None)
     if imp is None:
@@ -199,6 +233,8 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
         "rules_run": result.rules_run,
         "warnings": result.warnings,
         "advice": list(getattr(result, "advice", ())),
+        **({"quantize_estimate": result.quantize_estimate} if getattr(result, "quantize_estimate", None) else {}),
+        **({"static_shape": result.static_shape} if getattr(result, "static_shape", None) else {}),
         "source_format": {"before": _import_dict(before.loaded)["source_format"], "after": "onnx"},
         **({"import_check": before.loaded.imported.check.as_dict()}
            if getattr(before.loaded, "imported", None) is not None and before.loaded.imported.check is not None

@@ -45,17 +45,17 @@ def _ms(ms: float | None) -> str:
 STATUS = (("hang", "board hang"), ("compile_error", "compile error"))
 
 
-def row_status(row: dict[str, Any]) -> list[tuple[str, str, int]]:
+def blocking_kinds(row: dict[str, Any]) -> list[tuple[str, str, int]]:
     """(severity, label, how many findings) of each kind of blocking finding of an audit row, worst
     first; empty when nothing predicted stops the model."""
     found = [f.get("severity") for f in row.get("findings") or []]
     return [(sev, label, found.count(sev)) for sev, label in STATUS if sev in found]
 
 
-def status_badge(row: dict[str, Any]) -> str:
+def html_status_badge(row: dict[str, Any]) -> str:
     """The status cell of an audit row: a red badge per predicted compile error / board hang (its
     constraints in the hover title), else a plain 'no error predicted' one."""
-    st = row_status(row)
+    st = blocking_kinds(row)
     if not st:
         return "<span class='badge ok' data-status='ok'>no error predicted</span>"
     out = []
@@ -68,9 +68,11 @@ def status_badge(row: dict[str, Any]) -> str:
 
 
 def status_sort_key(row: dict[str, Any]) -> int:
-    """0 for a board hang, 1 for a compile error, 2 for nothing predicted (sorts the worst first)."""
-    st = row_status(row)
-    return 0 if st and st[0][0] == "hang" else 1 if st else 2
+    """0 for a predicted compile error, 1 for a board hang, 2 for nothing predicted (sorts the worst
+    first), by the row's build status (:func:`fixer.report_data.row_status`)."""
+    from .report_data import row_status
+
+    return {"compile_error": 0, "hang": 1}.get(row_status(row) or "ok", 2)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -124,6 +124,8 @@ class ModelAudit:
     path: Path
     analysis: ModelAnalysis | None = None
     error: str | None = None
+    #: what ``--quantize`` is estimated to remove (:func:`fixer.quantize.gain.quantize_gain`), or None
+    quantize: dict | None = None
 
 
 @dataclass
@@ -166,10 +168,14 @@ class FixResult:
     #: original below --min-cosine), a sentence; None when it is not (or nothing was quantized).
     accuracy_failure: str | None = None
     dry_run: bool = False  # nothing was meant to be written (--dry-run)
+    #: what ``--quantize`` is estimated to remove from the model left (fixer.quantize.gain), or None
+    quantize_estimate: dict | None = None
+    #: the static input shape of --input-shape, written as a change of its own (its gate check), or None
+    static_shape: dict | None = None
 
     @property
     def changed(self) -> bool:
-        return bool(self.engine.changes) or self.quantization is not None
+        return bool(self.engine.changes) or self.quantization is not None or self.static_shape is not None
 
     @property
     def verified(self) -> bool:

@@ -85,7 +85,7 @@ def test_markdown_format(capsys):
     code, out, err = run(["audit", *FLOAT_IO, SOFTMAX, "--format", "markdown"], capsys)
     assert code == 0, err
     assert out.startswith("# nafix audit (profile stm32n6)")
-    assert "| `classifier_softmax.onnx` | 9 | 3 | 66.7% |" in out
+    assert "| `classifier_softmax.onnx` | ok | 9 | 3 | 66.7% |" in out
     assert "## classifier_softmax.onnx" in out
     assert "| `softmax` | Softmax | 1 SW | Softmax runs in SW unless stedgeai is given --expand-softmax" in out
 
@@ -161,7 +161,7 @@ def test_folder_error_row_in_table_and_markdown(tmp_path, capsys):
     (tmp_path / "b.onnx").write_bytes(b"")
     code, out, err = run(["audit", *FLOAT_IO, tmp_path, "--format", "markdown"], capsys)
     assert code == 2
-    assert "| `a.onnx` | 9 | 3 |" in out
+    assert "| `a.onnx` | ok | 9 | 3 |" in out
     assert "b.onnx` | error |" in out and "the file is empty" in out
     code, out, err = run(["audit", *FLOAT_IO, tmp_path], capsys)
     assert code == 2 and "a.onnx: estimated 9 epochs, 3 SW" in out and "b.onnx" in out
@@ -387,7 +387,7 @@ def test_console_script_audit_json():
     assert r.returncode == 1, r.stderr
     (m,) = json.loads(r.stdout)["models"]
     assert m["estimate"]["epochs"] == 9 and m["estimate"]["sw_epochs"] == 3
-    assert r.stderr == ""
+    assert r.stderr == "nafix: exit 1 \u2014 1 model(s) with estimated SW epochs (--fail-on sw)\n"  # its reason, last
 
 
 @pytest.mark.skipif(not NAFIX.exists(), reason="nafix console script not installed next to this Python")

@@ -78,6 +78,7 @@ def test_compile_failure_is_explained(tmp_path, capsys, monkeypatch):
     code, out, err = run(["compile", UINT8, "--stedgeai", FAKE], capsys)
     assert code == 1
     assert "compile failed" in out
+    assert err.strip().splitlines()[-1] == f"nafix: exit 1 \u2014 stedgeai failed to compile {UINT8.name}"
     assert "uint8-activations" in out and "int8" in out
 
 
@@ -88,6 +89,8 @@ def test_fix_compile_failure_exits_1(tmp_path, capsys, monkeypatch):
     code, out, err = run(["fix", model, "--compile", "--stedgeai", FAKE], capsys)
     assert code == 1
     assert "did not increase" in err
+    assert err.strip().splitlines()[-1] == ("nafix: exit 1 \u2014 the real HW-epoch ratio measured by stedgeai did not "
+                                            "increase (--compile)")
     report = json.loads((tmp_path / "m.nafix.json").read_text())
     assert report["stedgeai"]["before"]["ok"] is False
     assert report["stedgeai"]["before"]["known_errors"][0]["code"] == "uint8-activations"

@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from fixer.api import AnalysisOptions, AuditOptions, audit
-from fixer.report import audit_markdown, audit_renderables, grouped_row_reasons
+from fixer.report import audit_markdown, audit_renderables, grouped_row_reasons, status_badge
 from fixer.zoo.runner import audit_dict
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,8 @@ def check_renderers(rep: dict) -> None:
         for unit, key in (("SW", "sw_epochs"), ("hybrid", "hybrid_epochs")):
             shown = sum(int(k) for k in re.findall(rf"^  {unit} x(\d+): ", block, re.M))
             assert shown == e[key], (name, unit, shown, e[key])
-        assert f"| `{name}` | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} |" in md, name
+        assert f"| `{name}` | {status_badge(m)} | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} |" in md \
+            or f"| `{name}` | **{status_badge(m)}** | {e['epochs']} | {e['sw_epochs']} | {e['hw_ratio']:.1%} |" in md, name
         section = md.split(f"\n## {name}\n", 1)[1].split("\n## ", 1)[0]
         cells = re.findall(r"^\| `[^`]*` \| [^|]* \| ([^|]*) \|", section, re.M)
         got = Counter()

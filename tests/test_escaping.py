@@ -269,7 +269,7 @@ def test_audit_in_every_format_escapes_what_the_model_names(hostile, fmt, capsys
     elif fmt == "markdown":
         assert assert_markdown_tables_keep_columns(out) >= 4
         assert_markdown_renders_safely(out)
-        assert rendered_markdown(out).rows == [8, 8, 4, 4, 4]  # audit table with est. ms; SW-node table: node, op, est. epochs, why
+        assert rendered_markdown(out).rows == [9, 9, 4, 4, 4]  # audit table with status and est. ms; SW-node table: node, op, est. epochs, why
         # no line of the report comes from a name: every one is nafix's structure
         assert all(ln == "" or ln[0] in "#|-_G" for ln in out.split("\n")), out
     elif fmt in ("json", "sarif"):

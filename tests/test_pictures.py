@@ -18,7 +18,7 @@ import onnx
 import pytest
 
 from fixer.node_info import FOLDED_REASON, annotate_model, node_infos
-from fixer.report_html import BLOCKED, COLOURS, epoch_strip, fix_html, status_badge
+from fixer.report_html import BLOCKED, COLOURS, epoch_strip, fix_html, html_status_badge
 from tests.helpers import run_cli as run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,10 +103,10 @@ def test_a_model_that_will_not_build_shows_no_green():
                findings=[{"constraint": "uint8_activations", "detail": "x is uint8", "severity": "compile_error"}])
     (rects,) = _strips(epoch_strip(row, blocked=True))
     assert [r["fill"] for r in rects] == [BLOCKED, COLOURS["SW"]]
-    badge = status_badge(row)
+    badge = html_status_badge(row)
     assert "compile error (predicted)" in badge and "uint8_activations" in badge
-    assert "no error predicted" in status_badge(_row([]))
-    hang = status_badge(_row([], findings=[{"constraint": "c", "detail": "d", "severity": "hang"}] * 2))
+    assert "no error predicted" in html_status_badge(_row([]))
+    hang = html_status_badge(_row([], findings=[{"constraint": "c", "detail": "d", "severity": "hang"}] * 2))
     assert "board hang x2 (predicted)" in hang
 
 

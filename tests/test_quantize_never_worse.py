@@ -99,7 +99,8 @@ def test_a_run_that_would_make_the_model_worse_writes_nothing(denoiser, tmp_path
     assert not out.exists() or not any(out.iterdir())
     lines = err.strip().splitlines()
     errors = [ln for ln in lines if ln.startswith("error:")]
-    assert len(errors) == 1 and errors[0] == lines[-1]
+    assert len(errors) == 1 and errors[0] == lines[-2]  # then the reason line, last
+    assert lines[-1] == "nafix: exit 1 \u2014 the fixed model is estimated worse than the input (nafix never makes a model worse)"
     before = _estimate(model)
     assert "estimated worse than the input" in errors[0] and f"estimated SW epochs {before.sw_epochs} -> " in errors[0]
     assert "nothing written" in errors[0] and str(model) in errors[0]

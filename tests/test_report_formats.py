@@ -48,8 +48,13 @@ def test_sarif_validates_and_has_one_result_per_sw_node_and_finding(reports):
     assert sarif["version"] == "2.1.0"
     (runobj,) = sarif["runs"]
     data = json.loads(reports["json"])
-    expected = sum(len(m["sw_nodes"]) + len(m.get("findings") or []) + (1 if m["error"] else 0) for m in data["models"])
+    expected = sum(len(m["sw_nodes"]) + len(m.get("findings") or []) + (1 if m["error"] else 0)
+                   + (1 if m.get("quantize") else 0) for m in data["models"])
     assert len(runobj["results"]) == expected
+    # one note per model --quantize would help, at its estimated gain
+    notes = [r for r in runobj["results"] if r["ruleId"] == "nafix-quantize"]
+    assert len(notes) == sum(1 for m in data["models"] if m.get("quantize")) >= 1
+    assert all(r["level"] == "note" and "--quantize" in r["message"]["text"] for r in notes)
     rules = {r["id"]: r for r in runobj["tool"]["driver"]["rules"]}
     for res in runobj["results"]:
         assert rules[res["ruleId"]]["help"]["text"] and list(rules)[res["ruleIndex"]] == res["ruleId"]
@@ -63,6 +68,7 @@ def test_sarif_validates_and_has_one_result_per_sw_node_and_finding(reports):
     for m in data["models"]:
         (props,) = [p for u, p in arts.items() if m["path"].endswith(u.split("/")[-1])]
         assert props.get("estimate") == m["estimate"] and props.get("memory") == m["memory"] and props["error"] == m["error"]
+        assert props.get("status") == m.get("status") and props.get("quantize") == m.get("quantize")
     assert runobj["properties"]["summary"] == data["summary"]
 
 

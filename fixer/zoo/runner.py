@@ -423,12 +423,6 @@ def build_report(rows: list[dict[str, Any]], *, profile: str, shard: Shard | Non
 
 def audit_dict(result: AuditResult, *, profile: str) -> dict[str, Any]:
     """The JSON report of an in-process ``fixer.api.audit`` result (same shape as ``nafix audit``)."""
-    from ..report_data import analysis_dict
+    from ..report_data import audit_row
 
-    rows = []
-    for m in result.models:
-        if m.analysis is not None:
-            rows.append({"path": str(m.path), "sha256": None, "error": m.error, **analysis_dict(m.analysis)})
-        else:
-            rows.append(error_row(str(m.path), m.error or "error"))
-    return build_report(rows, profile=profile)
+    return build_report([audit_row(m) for m in result.models], profile=profile)

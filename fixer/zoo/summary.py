@@ -113,6 +113,11 @@ def zoo_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "command": f"nafix MODEL --extend-select {rule.id}" if rule.opt_in else "nafix MODEL",
         })
     rules_out.sort(key=lambda d: (-d["models"], d["rule"]))
+    from ..report_data import row_status
+
+    severities = [{f.get("severity") for f in r.get("findings") or ()} for r in ok]
+    gains = [(r["path"], r["quantize"]) for r in ok if r.get("quantize")]
+    ms = [g["ms"].get("removed") for _, g in gains]
     return {
         "models": len(rows),
         "audited": len(ok),
@@ -130,4 +135,18 @@ def zoo_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
                         for op, n in sorted(ops.items(), key=lambda kv: ((-op_ms[kv[0]],) if timed else ())
                                             + (-kv[1], kv[0]))],
         "rules": rules_out,
+        # models stedgeai is predicted to reject / that compile but are predicted to hang the board
+        "compile_errors": sum(1 for sev in severities if "compile_error" in sev),
+        "board_hangs": sum(1 for sev in severities if "hang" in sev),
+        "status": {st: [r["path"] for r in ok if row_status(r) == st] for st in ("compile_error", "hang")},
+        # models whose estimated SW epochs --quantize would remove (float, or float islands to calibrate)
+        "quantize": {
+            "models": len(gains),
+            "float": sum(1 for _, g in gains if g["kind"] == "float"),
+            "float_islands": sum(1 for _, g in gains if g["kind"] != "float"),
+            "sw_epochs_removed": sum(g["sw_epochs"]["removed"] for _, g in gains),
+            "ms_removed": round(sum(ms), 3) if gains and all(x is not None for x in ms) else None,
+            "paths": [p for p, _ in sorted(gains, key=lambda pg: (-pg[1]["sw_epochs"]["removed"], pg[0]))],
+            "command": "nafix MODEL --quantize",
+        },
     }

@@ -12,8 +12,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import NafixError
-
 log = logging.getLogger(__name__)
 
 #: profile and memory pools resolved once per worker process and options
@@ -38,13 +36,17 @@ def prime(opts, profile, pools) -> None:
 
 
 def error_row(path: str, message: str, sha256: str | None = None) -> dict[str, Any]:
-    return {"path": path, "sha256": sha256, "error": message, "estimate": None, "sw_nodes": [], "memory": None}
+    """:func:`fixer.report_data.error_row` (kept here, where callers found it)."""
+    from ..report_data import error_row as row
+
+    return row(path, message, sha256)
 
 
 def audit_one(path: str, opts, sha256: str | None = None) -> dict[str, Any]:
-    """Audit one model file and return its report row; every failure becomes an error row."""
-    from ..api import analyze_path
-    from ..report_data import analysis_dict
+    """Audit one model file and return its report row (:func:`fixer.api.audit_model`, the one audit of
+    a model); every failure becomes an error row."""
+    from ..api import audit_error, audit_model
+    from ..report_data import audit_row
 
     if sha256 is None:
         from .cache import content_sha256
@@ -52,22 +54,9 @@ def audit_one(path: str, opts, sha256: str | None = None) -> dict[str, Any]:
         sha256 = content_sha256(Path(path))
     try:
         profile, pools = _profile_and_pools(opts)
-        analysis = analyze_path(Path(path), opts, profile=profile, pools=pools)
-        row: dict[str, Any] = {"path": path, "sha256": sha256, "error": None}
-        row.update(analysis_dict(analysis))
-        analysis.released()  # free the graph now, not at the next full garbage collection
-        return row
-    except NafixError as exc:
-        return error_row(path, exc.message, sha256)
-    except MemoryError:
-        return error_row(path, f"{path}: nafix ran out of memory analysing this model.", sha256)
     except Exception as exc:  # noqa: BLE001 - one broken model must not abort a zoo audit
-        from ..model_io import invalid_model_error
-
-        log.debug("unexpected error on %s", path, exc_info=True)
-        invalid = invalid_model_error(Path(path), exc)
-        return error_row(path, invalid.message if invalid else
-                         f"{path}: nafix could not analyse this model ({type(exc).__name__}: {exc}).", sha256)
+        return error_row(path, audit_error(path, exc), sha256)
+    return audit_row(audit_model(path, opts, profile=profile, pools=pools), path=path, sha256=sha256)
 
 
 def audit_and_store(path: str, opts, sha256: str | None, key: str | None, cache_root: str | None) -> dict[str, Any]:
