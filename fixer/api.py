@@ -285,7 +285,8 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
     accuracy_failure = _accuracy_failure(src, quant_info, opts)
     gain = None
     if not opts.quantize:
-        from .quantize.gain import gain_advice, quantize_gain
+        from .quantize_advice import gain_advice
+        from .quantize.gain import quantize_gain
 
         gain = quantize_gain(after if after is not None else before, pools=pools)
         advice.extend(gain_advice(before.estimate, gain, float_model=float_model))
@@ -318,7 +319,7 @@ def _fix(path: str | os.PathLike[str], opts: FixOptions, *, on_round, on_compile
         for k, v in meta.items():
             model.metadata_props.add(key=k, value=v)
         if opts.annotate:  # after the gate: metadata only, for the written model (Netron shows it)
-            _annotate(model, after)
+            _annotate(model, after if after is not None else before)
         save_model(model, out, protect=_fix_inputs(opts, src), force=opts.force)
         written = True
     result = FixResult(

@@ -81,7 +81,7 @@ def status_badge(row: dict[str, Any]) -> str:
 
 def quantize_line(row: dict[str, Any]) -> str | None:
     """The row's ``--quantize`` advice (what it is estimated to remove), or None."""
-    from .quantize.gain import gain_text
+    from .quantize_advice import gain_text
 
     g = row.get("quantize") if _ok(row) else None
     return gain_text(g) if g else None

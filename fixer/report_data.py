@@ -86,6 +86,14 @@ def audit_row(m, *, path: str | None = None, sha256: str | None = None) -> dict[
     row.update(analysis_dict(m.analysis))
     row["status"] = row_status(row)
     row["quantize"] = m.quantize
+    if m.quantize and m.quantize.get("kind") == "float_islands":
+        from .rule_index import rules_fixing
+
+        # the default rules that rewrite some of these SW nodes without calibration (NAF018's float
+        # slopes and weights, ...): plain `nafix MODEL` runs them first, --quantize is for the rest
+        row["quantize"] = {**m.quantize, "plain_rules": sorted({
+            r.id for n in row.get("sw_nodes") or () for c in n.get("constraints") or () for r in rules_fixing(c)
+            if not r.opt_in})}
     return row
 
 

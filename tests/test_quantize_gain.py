@@ -110,13 +110,37 @@ def test_every_format_says_quantize_per_model(report):
         assert "--select" not in text
 
 
-def test_fix_advice_says_what_quantize_removes(zoo, capsys):
+def softmax_island():
+    """A QDQ Conv -> float Softmax (an activation left in float: only calibration gives it a scale)
+    -> Conv chain."""
+    b = QDQ()
+    y = b.op("Conv", [b.input("x", [1, 4, 8, 8]), b.weight("w1", [8, 4, 1, 1])], name="conv1")
+    y = b.raw_op("Softmax", [y], name="softmax", axis=1)
+    y = b.op("Conv", [y, b.weight("w2", [8, 8, 1, 1])], name="conv2")
+    b.output(y)
+    return b.model()
+
+
+def test_fix_advice_says_what_quantize_removes(tmp_path, capsys):
+    save(softmax_island(), tmp_path / "island.onnx")
+    code, out, err = run_cli([tmp_path / "island.onnx", "--dry-run"], capsys)
+    text = " ".join(out.split())
+    assert code == 0, err
+    assert "float islands" in text and "--quantize" in text and "it would remove an estimated 3 of 4 SW epochs" in text
+    r = fix(tmp_path / "island.onnx", FixOptions(dry_run=True))
+    assert r.quantize_estimate is not None and r.quantize_estimate["sw_epochs"]["removed"] == 3
+
+
+def test_constant_islands_are_fixed_by_plain_nafix_and_the_audit_says_so(zoo, report, capsys):
+    """Float PRelu slopes need no calibration: the audit's --quantize advice names the default rule
+    (NAF018) that plain nafix MODEL runs first, and nafix MODEL fixes them with no --quantize advice left."""
+    g = by_name(report)["islands.onnx"]["quantize"]
+    assert g["plain_rules"] == ["NAF018"]
+    assert "rules NAF018" in audit_markdown(report)
     code, out, err = run_cli([zoo / "islands.onnx", "--dry-run"], capsys)
     text = " ".join(out.split())
     assert code == 0, err
-    assert "float islands" in text and "--quantize" in text and "it would remove an estimated 1 of 1 SW epochs" in text
-    r = fix(zoo / "islands.onnx", FixOptions(dry_run=True))
-    assert r.quantize_estimate is not None and r.quantize_estimate["sw_epochs"]["removed"] == 1
+    assert "NAF018" in text and "--quantize" not in text
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared/models is absent")
