@@ -19,6 +19,7 @@ int8) runs first in its round and alone.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
@@ -151,9 +152,147 @@ def export_like(graph: ir.Graph, template: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def typed_export(att: "_Attempt", template: onnx.ModelProto) -> onnx.ModelProto:
-    """The model of a round's edited graph, with the value_info ONNX shape inference gives it."""
-    return reinfer(export_like(att.view.graph, template))
+#: Whether a round whose new and changed values are typed as ONNX shape inference types them skips
+#: that inference (:func:`typed_export`); False makes every round infer (tests compare the two).
+SKIP_TYPED_INFERENCE = True
+
+
+def typed_export(att: "_Attempt", template: onnx.ModelProto, inferred: dict | None = None) -> onnx.ModelProto:
+    """The model of a round's edited graph, with the value_info ONNX shape inference gives it.
+
+    Shape inference (:func:`reinfer`: it re-types every tensor) is skipped where the result is
+    provably what it would give (:func:`_as_inferred`): the template's value_info is inference's own
+    (every node output, in node order, each fully static), and every node the round created or
+    changed has outputs whose dtype and shape the rewriter gave and inference gives alike (inferred
+    on those nodes alone). ``inferred``: the templates already judged, ``{id: (template, verdict)}``
+    (the caller's cache while the templates live)."""
+    model = export_like(att.view.graph, template)
+    if (SKIP_TYPED_INFERENCE and not att.io_changes and not att.whole_model and not att.view.has_subgraphs
+            and _as_inferred(model, template, inferred)):
+        return model
+    return reinfer(model)
+
+
+_SHAPE_DATA = frozenset({onnx.TensorProto.INT64, onnx.TensorProto.INT32})
+_MINI_INIT_BYTES = 4096  # constants up to this size are given to the per-node inference with their values
+
+
+def _static_type(tp: onnx.TypeProto) -> bool:
+    tt = tp.tensor_type
+    return (tp.HasField("tensor_type") and tt.elem_type != 0 and tt.HasField("shape")
+            and all(d.HasField("dim_value") for d in tt.shape.dim))
+
+
+def _inference_order(graph: onnx.GraphProto) -> list[str]:
+    """The names ONNX shape inference writes value_info for, in its order, when it types them all:
+    every node output that is not a graph output, in node order."""
+    outs = {o.name for o in graph.output}
+    return [o for n in graph.node for o in n.output if o and o not in outs]
+
+
+def _holds_inferred(model: onnx.ModelProto) -> bool:
+    """``model``'s value_info is what shape inference gives when it types every tensor on its own:
+    one entry per node output but the graph outputs, in node order, each fully static (no
+    onnxruntime run filled any: those are appended after inference's)."""
+    g = model.graph
+    return ([vi.name for vi in g.value_info] == _inference_order(g)
+            and all(_static_type(vi.type) for vi in itertools.chain(g.value_info, g.output)))
+
+
+def _as_inferred(model: onnx.ModelProto, template: onnx.ModelProto, inferred: dict | None) -> bool:
+    """Give ``model`` (exported from a round on ``template``) the value_info shape inference would,
+    without inferring the whole model, and say so; False (``model`` untouched) where that is not
+    proven. Proven when: ``template`` holds inference's value_info (:func:`_holds_inferred`); the
+    graph's inputs, outputs and functions are the template's; no existing constant changed; and the
+    nodes that are not the template's node for node (created or edited by the round) are in the
+    ONNX domain, write no shape data (int32/int64, which inference propagates), and shape
+    inference run on them alone (their inputs typed as in ``model``) gives their outputs exactly
+    the types ``model`` states. Every other node reads what it read in ``template``, so inference
+    types it as it did there."""
+    g, tg = model.graph, template.graph
+    if model.functions or len(g.sparse_initializer) or tg.input != g.input or tg.output != g.output:
+        return False
+    known = inferred.get(id(template)) if inferred is not None else None
+    if known is None or known[0] is not template:
+        known = (template, _holds_inferred(template))
+        if inferred is not None:
+            inferred[id(template)] = known
+    if not known[1]:
+        return False
+    before = {n.name: n for n in tg.node}
+    changed = [n for n in g.node if before.get(n.name) != n]
+    if len(changed) * 2 > len(g.node):
+        return False  # (most of the graph: inferring the whole model is as quick)
+    vis = {vi.name: vi for vi in g.value_info}
+    order = _inference_order(g)
+    if any(name not in vis for name in order):
+        return False
+    if changed:
+        types = {**vis, **{o.name: o for o in g.output}}
+        if not _infers_alike(model, changed, types, tg):
+            return False
+    if [vi.name for vi in g.value_info] != order:
+        typed = [vis[name] for name in order]
+        del g.value_info[:]
+        g.value_info.extend(typed)
+    return True
+
+
+def _infers_alike(model: onnx.ModelProto, nodes: list, types: dict, template_graph) -> bool:
+    """ONNX shape inference on ``nodes`` alone (their other inputs typed as ``types`` and the
+    initializers state, small constants with their values) gives each output the type ``types``
+    holds for it, fully static and not shape data."""
+    from onnx import helper, shape_inference
+
+    made: set[str] = set()
+    for n in nodes:
+        if n.domain not in ("", "ai.onnx") or any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+                                                  for a in n.attribute):
+            return False
+        for o in n.output:
+            if o:
+                vi = types.get(o)
+                if vi is None or not _static_type(vi.type) or vi.type.tensor_type.elem_type in _SHAPE_DATA:
+                    return False
+                made.add(o)
+    inits = {t.name: t for t in model.graph.initializer}
+    old_inits = None
+    ins, consts, seen = [], [], set()
+    for n in nodes:
+        for name in n.input:
+            if not name or name in made or name in seen:
+                continue
+            seen.add(name)
+            t = inits.get(name)
+            if t is not None:
+                if old_inits is None:
+                    old_inits = {i.name: i for i in template_graph.initializer}
+                old = old_inits.get(name)
+                if old is not None and old is not t and old != t:
+                    return False  # a constant the round changed in place: its other readers may type anew
+                if t.data_type in _SHAPE_DATA or t.ByteSize() <= _MINI_INIT_BYTES:
+                    consts.append(t)
+                else:
+                    ins.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
+                continue
+            vi = types.get(name)
+            if vi is None:
+                vi = next((i for i in model.graph.input if i.name == name), None)
+            if vi is None or not _static_type(vi.type):
+                return False
+            ins.append(vi)
+    mini = onnx.ModelProto(ir_version=model.ir_version)
+    mini.opset_import.extend(model.opset_import)
+    mg = mini.graph
+    mg.node.extend(nodes)
+    mg.input.extend(ins)
+    mg.initializer.extend(consts)
+    mg.output.extend(onnx.ValueInfoProto(name=o) for n in nodes for o in n.output if o)
+    try:
+        out = shape_inference.infer_shapes(mini, strict_mode=True, data_prop=True)
+    except Exception:  # noqa: BLE001 - inference that fails here is inference's to do on the whole model
+        return False
+    return all(o.type == types[o.name].type for o in out.graph.output)
 
 
 def reinfer(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -289,6 +428,8 @@ class Engine:
         # estimates of trial rounds on the current model, by the changes they were allowed to make
         # (:meth:`_trial`); emptied when a round is kept
         self._trials: dict[frozenset, EpochEstimate] = {}
+        # the templates of this run judged to hold shape inference's value_info (typed_export)
+        self._inferred: dict[int, tuple] = {}
 
     # -- a whole fix ---------------------------------------------------------------------------
     def run(self, model: onnx.ModelProto, *, start: tuple | None = None) -> EngineResult:
@@ -305,6 +446,7 @@ class Engine:
         result = EngineResult(model=current)
         seen_near: set[tuple[str, str]] = set()
         self.banned = set()
+        self._inferred = {}
         float_model = not is_quantized(current)
         guard = self.guard
         if start is not None:
@@ -351,7 +493,7 @@ class Engine:
             current, view, placement, est = cand
             done.release()  # the round's edited view: its node/tensor cycles freed now, not by the collector
             result.model = current
-        self._trials = {}
+        self._trials, self._inferred = {}, {}
         result.placement, result.estimate = placement, est
         # the last round ran on ``view`` (or, after the last round of ``max_rounds``, ``view`` is fresh)
         result.view = view if (att is None or att.view is not view or not att.touched) else None
@@ -439,7 +581,7 @@ class Engine:
         """The model an attempt produced: cleaned up, sorted, exported, typed (:func:`typed_export`),
         placed (and estimated with ``estimate``); the placement serves the next round."""
         att.view.graph.cleanup(remove_unused_graph_inputs=False).toposort()
-        cand = typed_export(att, current)
+        cand = typed_export(att, current, self._inferred)
         cview = GraphView(cand)
         cplace = place(cview, self.profile)
         return Candidate(cand, cview, cplace, self._estimate(cview, cplace) if estimate else None)
