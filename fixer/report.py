@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from . import escape
-from .report_data import ESTIMATE_NOTE, analysis_dict
+from .report_data import ESTIMATE_NOTE, analysis_dict, near_misses
 from .results import ModelAnalysis
 
 if TYPE_CHECKING:
@@ -453,10 +453,11 @@ def fix_renderables(result, *, verbose: bool = False):
                 out.append(_t(f"      ... and {len(items) - 6} more (--verbose lists all)", style="dim"))
     for r in final.findings:
         out.append(_t(f"  {r.severity.upper()}: {r.requirement} ({r.detail}) [{r.tag}]", style="yellow"))
-    if result.engine.near_misses:
-        out.append(_t(f"near-misses ({len(result.engine.near_misses)}): rules that matched but did not apply, "
+    near = near_misses(result)
+    if near:
+        out.append(_t(f"near-misses ({len(near)}): rules that matched but did not apply, "
                       "by estimated time at stake", style="bold"))
-        for n in result.engine.near_misses:
+        for n in near:
             at_stake = ""
             if (n.ms_before is None or n.ms_after is None) and n.node_ms is not None:
                 at_stake = f" [its SW/hybrid epochs: estimated {ms_text(n.node_ms)} ms]"

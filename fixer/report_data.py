@@ -146,6 +146,16 @@ def edge_io(model) -> dict[str, list[dict[str, Any]]]:
     return {"inputs": ins, "outputs": outs}
 
 
+def near_misses(result) -> list:
+    """The fix's near-misses, most estimated ms at stake first: the rule engine's, and the float-stage
+    rewrites of --quantize that the guard did not keep (estimated slower once quantized)."""
+    from .engine import rank_near_misses
+
+    pre = getattr(result, "pre_engine", None)
+    refused = [n for n in pre.near_misses if n.ms_after is not None] if pre is not None else []
+    return rank_near_misses(list(result.engine.near_misses) + refused) if refused else list(result.engine.near_misses)
+
+
 def _near_ms(n) -> dict[str, Any]:
     """A near-miss's estimated figures (ms), where it has them."""
     out: dict[str, Any] = {}
@@ -180,7 +190,7 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
         # ranked by estimated ms saved (ms_before -> ms_after where the guard estimated the change,
         # else the node's SW/hybrid epochs: the most a rewrite there could save)
         "near_misses": [{"rule": n.rule, "node": n.node, "op_type": n.op_type, "reason": n.reason,
-                         **_near_ms(n)} for n in result.engine.near_misses],
+                         **_near_ms(n)} for n in near_misses(result)],
         "verification": v.as_dict() if v is not None else {"ok": True, "outputs": [], "contract": None,
                                                              "detail": "nothing changed, nothing to verify"},
         "io": edge_io(model),
