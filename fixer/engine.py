@@ -307,7 +307,9 @@ GUARANTEE = ("nafix never makes the estimate worse: a rewrite (or a round of rew
              "estimated SW epochs is not kept, nor one that keeps them and raises the estimated epochs, nor one "
              "that raises the estimated time (ms, nafix's cost model) even while it lowers the SW epochs; it is "
              "reported as a near-miss with the reason. Epochs may go up only where SW epochs go down (a SW "
-             "Conv split into HW chunks). Rules that fix a compile error or a board hang are exempt. The whole run "
+             "Conv split into HW chunks). Rules that fix a compile error or a board hang are exempt. With --quantize, "
+             "the rewrites that only pay off once quantized (LSTM/GRU unrolling) are judged after quantization: "
+             "the model is quantized without them too, and they are kept only when not estimated slower. The whole run "
              "is held to it too (the --quantize stage and every rule together, against the model given): a fixed "
              "model estimated worse than its input is not written (exit 1) unless --keep-failed, which marks it.")
 
