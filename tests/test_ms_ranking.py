@@ -106,3 +106,38 @@ def test_the_fix_report_lists_rules_by_estimated_ms_saved(tmp_path):
 
     text = "\n".join(str(x) for x in fix_renderables(r))
     assert f"rules by estimated time saved: NAF003 {row['ms_saved']:.3f} ms" in text
+
+
+def test_the_zoo_summary_ranks_the_rules_that_would_help_by_the_estimated_ms_they_address():
+    """audit's "rules that would help": each with the estimated ms of the SW/hybrid epochs it
+    addresses (at most what it could save), most first."""
+    from fixer.api import AnalysisOptions, analyze_path
+    from fixer.report import summary_lines
+    from fixer.report_data import analysis_dict
+    from fixer.zoo.summary import zoo_summary
+
+    paths = [SAMPLES / n for n in ("movenet_like.onnx", "denoiser_257.onnx", "classifier_softmax.onnx")]
+    rows = [dict(analysis_dict(analyze_path(p, AnalysisOptions())), path=str(p)) for p in paths]
+    s = zoo_summary(rows)
+    ms = [r["ms"] for r in s["rules"]]
+    assert ms and ms == sorted(ms, reverse=True)
+    by_rule = {r["rule"]: r for r in s["rules"]}
+    movenet = rows[0]
+    resize_ms = sum(ep["ms"] for ep in movenet["epochs"] if ep["unit"] != "HW"
+                    and any(n.startswith("resize_up") for n in ep["nodes"]))
+    assert by_rule["NAF003"]["ms"] == pytest.approx(resize_ms, abs=2e-3) and resize_ms > 0
+    assert any("NAF003 bilinear-resize" in line and "costing an estimated" in line for line in summary_lines(s))
+
+
+@pytest.mark.parametrize("rule_id,sample", [("NAF001", "denoiser_257.onnx"), ("NAF003", "movenet_like.onnx")])
+def test_a_rules_why_quotes_the_estimated_ms_it_saves_on_its_sample_model(rule_id, sample):
+    """The figures a rule's why quotes for a sample model are the ones nafix estimates (a refit of the
+    cost model updates them: rules/*.yaml, then nafix rules --markdown -o docs/RULES.md)."""
+    import re
+
+    why = RULES[rule_id].why
+    m = re.search(rf"sample_models/{re.escape(sample)} ([0-9.]+) -> ([0-9.]+) ms", why)
+    assert m, why
+    r = fix(SAMPLES / sample, FixOptions(dry_run=True))
+    assert rule_id in r.engine.rules_applied
+    assert (f"{r.before.estimate.latency_ms:.3f}", f"{r.final.estimate.latency_ms:.3f}") == m.groups()
