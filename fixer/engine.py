@@ -168,7 +168,7 @@ def typed_export(att: "_Attempt", template: onnx.ModelProto, inferred: dict | No
     (the caller's cache while the templates live)."""
     model = export_like(att.view.graph, template)
     if (SKIP_TYPED_INFERENCE and not att.io_changes and not att.whole_model and not att.view.has_subgraphs
-            and _as_inferred(model, template, inferred)):
+            and att.value_edits == ir.VALUE_EDITS and _as_inferred(model, template, inferred)):
         return model
     return reinfer(model)
 
@@ -203,12 +203,14 @@ def _as_inferred(model: onnx.ModelProto, template: onnx.ModelProto, inferred: di
     """Give ``model`` (exported from a round on ``template``) the value_info shape inference would,
     without inferring the whole model, and say so; False (``model`` untouched) where that is not
     proven. Proven when: ``template`` holds inference's value_info (:func:`_holds_inferred`); the
-    graph's inputs, outputs and functions are the template's; no existing constant changed; and the
-    nodes that are not the template's node for node (created or edited by the round) are in the
-    ONNX domain, write no shape data (int32/int64, which inference propagates), and shape
-    inference run on them alone (their inputs typed as in ``model``) gives their outputs exactly
-    the types ``model`` states. Every other node reads what it read in ``template``, so inference
-    types it as it did there."""
+    graph's inputs, outputs and functions are the template's; no constant was edited in place (the
+    caller checks :data:`fixer.ir.VALUE_EDITS`; a constant read by a changed node is also compared
+    with the template's); every value written by a node the round did not touch keeps the
+    template's value_info; and the nodes that are not the template's node for node (created or
+    edited by the round) are in the ONNX domain, write no shape data (int32/int64, which inference
+    propagates), and shape inference run on them alone (their inputs typed as in ``model``) gives
+    their outputs exactly the types ``model`` states. Every other node reads what it read in
+    ``template``, so inference types it as it did there."""
     g, tg = model.graph, template.graph
     if model.functions or len(g.sparse_initializer) or tg.input != g.input or tg.output != g.output:
         return False
@@ -227,6 +229,10 @@ def _as_inferred(model: onnx.ModelProto, template: onnx.ModelProto, inferred: di
     order = _inference_order(g)
     if any(name not in vis for name in order):
         return False
+    made = {o for n in changed for o in n.output}
+    old = {vi.name: vi for vi in tg.value_info}
+    if any(name not in made and old.get(name) != vis[name] for name in order):
+        return False  # a value whose type a rewriter set on a node it left alone
     if changed:
         types = {**vis, **{o.name: o for o in g.output}}
         if not _infers_alike(model, changed, types, tg):
@@ -329,6 +335,8 @@ class _Attempt:
     provenance: dict[str, str] = field(default_factory=dict)
     touched: bool = False  # a rewriter ran on the view (and may have edited it, even if it gave up)
     created: list = field(default_factory=list)  # the nodes the round's rewriters created
+    # ir.VALUE_EDITS when the round began: a constant edited in place makes it infer shapes anew
+    value_edits: int = field(default_factory=lambda: ir.VALUE_EDITS)
     whole_model: bool = False  # a whole-model rewriter changed the model
 
     @property

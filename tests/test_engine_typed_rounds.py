@@ -96,3 +96,52 @@ def test_a_template_filled_by_running_is_not_taken_for_inference():
     del model.graph.value_info[:]
     model.graph.value_info.extend(vis[1:] + vis[:1])  # one entry moved to the end
     assert not eng._holds_inferred(model)
+
+
+def _wrapped(monkeypatch, after):
+    """NAF006's rewriter, then ``after(match, ed)``."""
+    from dataclasses import replace
+
+    from fixer.rewriters import REWRITERS
+
+    rid = next(r.rewriter for r in RULES if r.id == "NAF006")
+    real = REWRITERS[rid].func
+
+    def func(match, ed):
+        res = real(match, ed)
+        after(match, ed)
+        return res
+
+    monkeypatch.setitem(REWRITERS, rid, replace(REWRITERS[rid], func=func))
+
+
+def test_a_constant_edited_in_place_makes_the_round_infer(monkeypatch):
+    from fixer import ir
+
+    model = refresh_shapes(build("qdq.qdq_sub_chain", {"blocks": 4}))
+
+    def touch(match, ed):
+        c = next(t for n in match.view.nodes for t in n.inputs if isinstance(t, ir.Constant))
+        c.values = c.values.copy()  # the same values, set anew: an edit all the same
+
+    _wrapped(monkeypatch, touch)
+    typed, n_typed = _run(model, monkeypatch, True)
+    assert typed.changes and n_typed >= 1
+
+
+def test_a_type_set_on_a_value_of_an_untouched_node_makes_the_round_infer(monkeypatch):
+    model = refresh_shapes(build("qdq.qdq_sub_chain", {"blocks": 4}))
+    first = model.graph.node[0]
+    name = first.output[0]
+    want = next([d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in model.graph.value_info if vi.name == name)
+
+    def retype(match, ed):
+        t = next(n for n in match.view.nodes if n.name == first.name).outputs[0]
+        t.shape = [d + 1 for d in t.shape]
+
+    _wrapped(monkeypatch, retype)
+    typed, n_typed = _run(model, monkeypatch, True)
+    assert typed.changes and n_typed >= 1
+    got = next([d.dim_value for d in vi.type.tensor_type.shape.dim] for vi in typed.model.graph.value_info
+               if vi.name == name)
+    assert got == want  # inference's shape, not the one set by hand
