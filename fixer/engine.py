@@ -19,11 +19,11 @@ int8) runs first in its round and alone.
 
 from __future__ import annotations
 
-import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
+import numpy as np
 import onnx
 from . import ir
 
@@ -168,7 +168,7 @@ def typed_export(att: "_Attempt", template: onnx.ModelProto, inferred: dict | No
     (the caller's cache while the templates live)."""
     model = export_like(att.view.graph, template)
     if (SKIP_TYPED_INFERENCE and not att.io_changes and not att.whole_model and not att.view.has_subgraphs
-            and att.value_edits == ir.VALUE_EDITS and _as_inferred(model, template, inferred)):
+            and att.value_edits == ir.VALUE_EDITS and _as_inferred(model, template, inferred, att.view.graph)):
         return model
     return reinfer(model)
 
@@ -191,21 +191,21 @@ def _inference_order(graph: onnx.GraphProto) -> list[str]:
 
 
 def _holds_inferred(model: onnx.ModelProto) -> bool:
-    """``model``'s value_info is what shape inference gives when it types every tensor on its own:
-    one entry per node output but the graph outputs, in node order, each fully static (no
-    onnxruntime run filled any: those are appended after inference's)."""
+    """``model``'s value_info is what shape inference gives on its own: one entry per node output but
+    the graph outputs, in node order (what filled a shape inference left unknown, a shape rule or
+    an onnxruntime run, is appended after inference's entries). An entry inference typed only in
+    part stays as it is: a node the round changed must read and write fully static types
+    (:func:`_infers_alike`), and the others are typed as before."""
     g = model.graph
-    return ([vi.name for vi in g.value_info] == _inference_order(g)
-            and all(_static_type(vi.type) for vi in itertools.chain(g.value_info, g.output)))
+    return [vi.name for vi in g.value_info] == _inference_order(g)
 
 
-def _as_inferred(model: onnx.ModelProto, template: onnx.ModelProto, inferred: dict | None) -> bool:
+def _as_inferred(model: onnx.ModelProto, template: onnx.ModelProto, inferred: dict | None, graph: ir.Graph) -> bool:
     """Give ``model`` (exported from a round on ``template``) the value_info shape inference would,
     without inferring the whole model, and say so; False (``model`` untouched) where that is not
     proven. Proven when: ``template`` holds inference's value_info (:func:`_holds_inferred`); the
     graph's inputs, outputs and functions are the template's; no constant was edited in place (the
-    caller checks :data:`fixer.ir.VALUE_EDITS`; a constant read by a changed node is also compared
-    with the template's); every value written by a node the round did not touch keeps the
+    caller checks :data:`fixer.ir.VALUE_EDITS`); every value written by a node the round did not touch keeps the
     template's value_info; and the nodes that are not the template's node for node (created or
     edited by the round) are in the ONNX domain, write no shape data (int32/int64, which inference
     propagates), and shape inference run on them alone (their inputs typed as in ``model``) gives
@@ -235,7 +235,7 @@ def _as_inferred(model: onnx.ModelProto, template: onnx.ModelProto, inferred: di
         return False  # a value whose type a rewriter set on a node it left alone
     if changed:
         types = {**vis, **{o.name: o for o in g.output}}
-        if not _infers_alike(model, changed, types, tg):
+        if not _infers_alike(model, changed, types, graph):
             return False
     if [vi.name for vi in g.value_info] != order:
         typed = [vis[name] for name in order]
@@ -244,11 +244,11 @@ def _as_inferred(model: onnx.ModelProto, template: onnx.ModelProto, inferred: di
     return True
 
 
-def _infers_alike(model: onnx.ModelProto, nodes: list, types: dict, template_graph) -> bool:
-    """ONNX shape inference on ``nodes`` alone (their other inputs typed as ``types`` and the
-    initializers state, small constants with their values) gives each output the type ``types``
-    holds for it, fully static and not shape data."""
-    from onnx import helper, shape_inference
+def _infers_alike(model: onnx.ModelProto, nodes: list, types: dict, graph: ir.Graph) -> bool:
+    """ONNX shape inference on ``nodes`` alone (their other inputs typed as ``types`` states, the
+    constants as ``graph`` holds them, small ones and shape data with their values) gives each
+    output the type ``types`` holds for it, fully static and not shape data."""
+    from onnx import helper, numpy_helper, shape_inference
 
     made: set[str] = set()
     for n in nodes:
@@ -261,25 +261,24 @@ def _infers_alike(model: onnx.ModelProto, nodes: list, types: dict, template_gra
                 if vi is None or not _static_type(vi.type) or vi.type.tensor_type.elem_type in _SHAPE_DATA:
                     return False
                 made.add(o)
-    inits = {t.name: t for t in model.graph.initializer}
-    old_inits = None
+    names = {n.name for n in nodes}
+    ir_nodes = [n for n in graph.nodes if n.name in names]
     ins, consts, seen = [], [], set()
-    for n in nodes:
-        for name in n.input:
+    for node in ir_nodes:
+        for t in node.inputs:
+            name = t.name
             if not name or name in made or name in seen:
                 continue
             seen.add(name)
-            t = inits.get(name)
-            if t is not None:
-                if old_inits is None:
-                    old_inits = {i.name: i for i in template_graph.initializer}
-                old = old_inits.get(name)
-                if old is not None and old is not t and old != t:
-                    return False  # a constant the round changed in place: its other readers may type anew
-                if t.data_type in _SHAPE_DATA or t.ByteSize() <= _MINI_INIT_BYTES:
-                    consts.append(t)
+            if type(t) is ir.Constant:
+                if t._sparse:
+                    return False
+                code = ir.dtype_to_onnx(t.dtype)
+                if code in _SHAPE_DATA or t.nbytes <= _MINI_INIT_BYTES:
+                    p = t.proto if not t._dirty else None
+                    consts.append(p if p is not None else numpy_helper.from_array(np.asarray(t.values), name))
                 else:
-                    ins.append(helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
+                    ins.append(helper.make_tensor_value_info(name, code, list(t.shape)))
                 continue
             vi = types.get(name)
             if vi is None:
