@@ -5,8 +5,11 @@ anchor ops, evaluate ``match.when``. The first condition is the trigger (the pro
 if it holds and a later precondition fails, the rule is a near-miss on that node. When all hold, the
 rewriter rebuilds the node through an :class:`~fixer.graph.Editor`. A node, its producers and its
 consumers are claimed by the first rule that rewrites there, so two rewrites never overlap within a
-round. After the round the graph is cleaned up and sorted once, exported, and shape-inferred; rounds
-repeat until no rule applies (or ``max_rounds``).
+round. After the round the graph is cleaned up and sorted once, exported, and shape-inferred (not
+inferred where the rewriters provably typed every value they made as inference would:
+:func:`typed_export`); rounds repeat until no rule applies (or ``max_rounds``). The engine is an
+:class:`Engine` (rules, profile, options, memory pools and the banned changes); :func:`run_engine`
+makes one and runs it.
 
 The guard (on by default): the model a round produces is placed and estimated once; when it has
 more estimated SW epochs than before the round, or as many and more epochs, the round is not kept.
