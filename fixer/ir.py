@@ -383,6 +383,11 @@ def _variable(name: str, dtype=None, shape=None, kind: str = "tensor_type", src=
     return v
 
 
+#: How many times the values of a constant were set after it was made (decoded values are read-only,
+#: so this is every edit of a constant in place): the engine infers the shapes of a round that made one.
+VALUE_EDITS = 0
+
+
 class _ConstantRaw(Tensor):
     __slots__ = ("_values", "data_location", "_sparse", "_dirty")
 
@@ -436,8 +441,10 @@ class Constant(_ConstantRaw):
 
     @values.setter
     def values(self, values: np.ndarray) -> None:
+        global VALUE_EDITS
         object.__setattr__(self, "_values", values)
         object.__setattr__(self, "_dirty", True)
+        VALUE_EDITS += 1
 
     @property
     def shape(self) -> tuple[int, ...]:

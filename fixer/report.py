@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, Sequence
 
 from . import escape
-from .report_data import ESTIMATE_NOTE, analysis_dict
+from .report_data import ESTIMATE_NOTE, analysis_dict, near_misses
 
 if TYPE_CHECKING:
     from .results import ModelAnalysis  # annotations only (a report read back needs no analysis stack)
@@ -258,8 +258,9 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
                    f"{f' and {len(names) - 5} more' if len(names) > 5 else ''}.")
     for r in s["rules"][:5]:
         epochs = f", {r['epochs']} estimated SW/hybrid epochs" if r.get("epochs") is not None else ""
+        ms = f" costing an estimated {ms_text(r['ms'])} ms (at most what it saves)" if r.get("ms") is not None else ""
         out.append(f"{r['rule']} {r['name']} addresses SW nodes or findings in {r['models']} model(s) "
-                   f"({r['sw_nodes']} SW nodes{epochs}): run `{r['command']}`.")
+                   f"({r['sw_nodes']} SW nodes{epochs}{ms}): run `{r['command']}`.")
     return out
 
 
@@ -482,9 +483,12 @@ def fix_renderables(result, *, verbose: bool = False):
         out.extend(quantization_renderables(q, result))
     dry = getattr(result, "dry_run", False)
     if result.engine.changes:
-        out.append(_t(f"changes nafix would make ({len(result.engine.changes)}; --dry-run):" if dry
-                      else f"changes ({len(result.engine.changes)}):", style="bold"))
-        for c in result.engine.changes:
+        ranked = result.engine.rules_ranked
+        saved = ", ".join(f"{r} {ms_text(ms)} ms" for r, ms in ranked if ms is not None)
+        head = (f"changes nafix would make ({len(result.engine.changes)}; --dry-run)" if dry
+                else f"changes ({len(result.engine.changes)})")
+        out.append(_t(head + (f", rules by estimated time saved: {saved}" if saved else "") + ":", style="bold"))
+        for c in result.engine.changes_ranked():
             out.append(_t(f"  {c.rule} '{c.node}' ({c.op_type}): {c.detail}"))
     elif q is None and getattr(result, "static_shape", None) is None:
         out.append(_t("no rule applied: nothing to fix that nafix knows how to fix.", style="bold"))
@@ -532,10 +536,15 @@ def fix_renderables(result, *, verbose: bool = False):
                 out.append(_t(f"      ... and {len(items) - 6} more (--verbose lists all)", style="dim"))
     for r in final.findings:
         out.append(_t(f"  {r.severity.upper()}: {r.requirement} ({r.detail}) [{r.tag}]", style="yellow"))
-    if result.engine.near_misses:
-        out.append(_t(f"near-misses ({len(result.engine.near_misses)}): rules that matched but did not apply", style="bold"))
-        for n in result.engine.near_misses:
-            out.append(_t(f"  {n.rule} '{n.node}' ({n.op_type}): {n.reason}"))
+    near = near_misses(result)
+    if near:
+        out.append(_t(f"near-misses ({len(near)}): rules that matched but did not apply, "
+                      "by estimated time at stake", style="bold"))
+        for n in near:
+            at_stake = ""
+            if (n.ms_before is None or n.ms_after is None) and n.node_ms is not None:
+                at_stake = f" [its SW/hybrid epochs: estimated {ms_text(n.node_ms)} ms]"
+            out.append(_t(f"  {n.rule} '{n.node}' ({n.op_type}): {n.reason}{at_stake}"))
     for w in result.warnings:
         out.append(_t(f"warning: {w}", style="bold red"))
     if result.written:

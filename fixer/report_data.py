@@ -210,6 +210,28 @@ def _with_io_changes(io: dict, changes) -> dict:
     return io
 
 
+def near_misses(result) -> list:
+    """The fix's near-misses, most estimated ms at stake first: the rule engine's, and the float-stage
+    rewrites of --quantize that the guard did not keep (estimated slower once quantized)."""
+    from .engine import rank_near_misses
+
+    pre = getattr(result, "pre_engine", None)
+    refused = [n for n in pre.near_misses if n.ms_after is not None] if pre is not None else []
+    return rank_near_misses(list(result.engine.near_misses) + refused) if refused else list(result.engine.near_misses)
+
+
+def _near_ms(n) -> dict[str, Any]:
+    """A near-miss's estimated figures (ms), where it has them."""
+    out: dict[str, Any] = {}
+    if n.ms_before is not None and n.ms_after is not None:
+        out.update(ms_before=round(n.ms_before, 3), ms_after=round(n.ms_after, 3))
+    elif n.node_ms is not None:
+        out["node_ms"] = round(n.node_ms, 3)
+    if n.ms_saved is not None:
+        out["ms_saved"] = round(n.ms_saved, 3)
+    return out
+
+
 def fix_dict(result: FixResult) -> dict[str, Any]:
     before = result.before
     after = result.final
@@ -225,10 +247,15 @@ def fix_dict(result: FixResult) -> dict[str, Any]:
         "estimated": True,
         "note": ESTIMATE_NOTE,
         "estimate": {"before": before.estimate.as_dict(), "after": after.estimate.as_dict()},
+        # the rules that changed the model, most estimated ms saved first, and their changes in that order
+        "rules": [{"rule": r, "changes": sum(1 for c in result.engine.changes if c.rule == r),
+                   "ms_saved": None if ms is None else round(ms, 3)} for r, ms in result.engine.rules_ranked],
         "changes": [{"rule": c.rule, "node": c.node, "op_type": c.op_type, "detail": c.detail,
-                     "new_nodes": list(c.new_nodes)} for c in result.engine.changes],
-        "near_misses": [{"rule": n.rule, "node": n.node, "op_type": n.op_type, "reason": n.reason}
-                        for n in result.engine.near_misses],
+                     "new_nodes": list(c.new_nodes)} for c in result.engine.changes_ranked()],
+        # ranked by estimated ms saved (ms_before -> ms_after where the guard estimated the change,
+        # else the node's SW/hybrid epochs: the most a rewrite there could save)
+        "near_misses": [{"rule": n.rule, "node": n.node, "op_type": n.op_type, "reason": n.reason,
+                         **_near_ms(n)} for n in near_misses(result)],
         "verification": v.as_dict() if v is not None else {"ok": True, "outputs": [], "contract": None,
                                                              "detail": "nothing changed, nothing to verify"},
         "io": _with_io_changes(edge_io(model), result.engine.io_changes),

@@ -227,7 +227,7 @@ FIX_STAGES = (
     ("fixer.graph", "GraphView.__init__", "graph import"),
     ("fixer.npu.placement", "place", "placement"),
     ("fixer.api", "analyze_model", "= analysis before and after"),
-    ("fixer.engine", "_commit_candidate", "engine commit (export, shapes, import, placement)"),
+    ("fixer.engine", "Engine._commit", "engine commit (export, shapes, import, placement)"),
     ("fixer.engine", "run_engine", "= engine"),
     ("fixer.segments", "plan", "segment plans"),
     ("fixer.segments", "_Parts.__init__", "segment parts"),

@@ -47,7 +47,7 @@ def test_the_index_holds_the_nodes_the_predicate_holds_on_before_and_after_edits
     for rule in _triggered(rules):
         names = index.names(rule)
         assert {n.name for n in view.nodes if n.name in names} == _scan(view, placement, rule, profile), rule.id
-    att = engine_mod._round(view, placement, rules, profile, {}, banned=set())  # edits ``view``
+    att = engine_mod.Engine(rules, profile=profile)._round(view, placement)  # edits ``view``
     for rule in _triggered(rules):
         names = index.names(rule)
         assert {n.name for n in view.nodes if n.name in names} == _scan(view, placement, rule, profile), rule.id

@@ -240,9 +240,9 @@ def test_a_float_model_is_judged_from_each_changes_epochs_as_the_bisection_would
     import fixer.engine as eng
 
     model = onnx.load(str(SAMPLES / name))
-    real_commit = eng._commit_candidate
+    real_commit = eng.Engine._commit
     commits: list[int] = []
-    monkeypatch.setattr(eng, "_commit_candidate", lambda *a, **k: commits.append(1) or real_commit(*a, **k))
+    monkeypatch.setattr(eng.Engine, "_commit", lambda *a, **k: commits.append(1) or real_commit(*a, **k))
     counted = run_engine(model, list(RULES.values()), profile=PROFILE)
     n_counted = len(commits)
     commits.clear()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import onnx
+
 from ..gate import boundary_checks, change_contracts, loosest
 from ..graph import is_quantized
 from . import (
@@ -52,38 +54,15 @@ def quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfile
                          extend=opts.extend_select)
         extra = [r for r in load_rules(opts.rules_dirs) if r.id in QUANTIZE_PREP_RULES and r.id not in opts.ignore
                  and r not in rules]
-        pre_engine, float_model, gate = _prep_engine(model, rules + extra, opts, profile, info, name, on_round)
-        n_feeds = min(8, calib.max_samples)
-        # The accuracy report compares the quantized model with ``model`` on the first calibration
-        # samples. onnxruntime's calibration runs the float model on them anyway: its outputs there
-        # are the report's reference when the model it calibrates computes bit for bit what
-        # ``model`` does (no float rewrite, or only rewrites held to the bit-exact contract).
-        exact = float_model is model or gate.contract.contract == "exact"
-        # The rewrites' gate runs ``model`` on seeded random inputs, which are the first random
-        # calibration samples when the seeds agree (the defaults): it runs within the accuracy report,
-        # which runs ``model`` on those very inputs, and takes its values from those runs. Its verdict
-        # still comes before anything else: before quantization's errors, before the report's figures.
-        try:
-            q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile,
-                                     progress=on_calibration, keep_reference=n_feeds if exact else 0)
-            quantized = q.model
-            info.update(q.as_dict())
-            warnings.extend(q.warnings)
-            if q.reference:
-                feeds, reference = [f for f, _ in q.reference], [r for _, r in q.reference]
-            else:
-                feeds, reference = open_calibration(float_model, calib, model_name=name).take(n_feeds), None
-            q.reference = []
-            acc = accuracy_report(model, quantized, feeds, calibration=q.calibration, reference=reference,
-                                  meanwhile=gate.check if gate is not None else None)
-            del feeds, reference
-        except Exception:
-            if gate is not None and not gate.done:
-                gate.check()  # the gate's failure is the error, as when it ran first
-            raise
-        if gate is not None and not gate.done:
-            gate.check()
-        info.update(acc.as_dict())
+        said: list[str] = []
+        quantized, pre_engine = _quantize_float(model, rules + extra, opts, profile, calib, info, name, said,
+                                                on_round, on_calibration)
+        # the rewrites that only pay off once quantized are held to the never-worse guard there
+        refused = _prep_guard(model, rules + extra, pre_engine, quantized, opts, profile, calib, name, on_round,
+                              on_calibration)
+        if refused is not None:
+            quantized, pre_engine, info, said = refused
+        warnings.extend(said)
     else:
         source = model
         if kind == "uint8":
@@ -122,6 +101,93 @@ def quantize_stage(loaded: LoadedModel, opts: FixOptions, profile: TargetProfile
         warnings.append(f"quantized output '{o['name']}' has cosine {o['cosine']:.4f} against the float model "
                         f"(below {QUANT_MIN_COSINE}); check the calibration data")
     return quantized, pre_engine, info
+
+
+def _quantize_float(model, rules, opts: FixOptions, profile: TargetProfile, calib, info: dict, name: str,
+                    warnings: list[str], on_round, on_calibration):
+    """A float model's --quantize pass: the float rewrites of ``rules`` (verified), then onnxruntime
+    quantization and the accuracy report, recorded in ``info``. Returns (quantized model, the
+    float-stage engine result)."""
+    pre_engine, float_model, gate = _prep_engine(model, rules, opts, profile, info, name, on_round)
+    n_feeds = min(8, calib.max_samples)
+    # The accuracy report compares the quantized model with ``model`` on the first calibration
+    # samples. onnxruntime's calibration runs the float model on them anyway: its outputs there
+    # are the report's reference when the model it calibrates computes bit for bit what
+    # ``model`` does (no float rewrite, or only rewrites held to the bit-exact contract).
+    exact = float_model is model or gate.contract.contract == "exact"
+    # The rewrites' gate runs ``model`` on seeded random inputs, which are the first random
+    # calibration samples when the seeds agree (the defaults): it runs within the accuracy report,
+    # which runs ``model`` on those very inputs, and takes its values from those runs. Its verdict
+    # still comes before anything else: before quantization's errors, before the report's figures.
+    try:
+        q = quantize_float_model(float_model, calib=calib, model_name=name, profile=profile,
+                                 progress=on_calibration, keep_reference=n_feeds if exact else 0)
+        quantized = q.model
+        info.update(q.as_dict())
+        warnings.extend(q.warnings)
+        if q.reference:
+            feeds, reference = [f for f, _ in q.reference], [r for _, r in q.reference]
+        else:
+            feeds, reference = open_calibration(float_model, calib, model_name=name).take(n_feeds), None
+        q.reference = []
+        acc = accuracy_report(model, quantized, feeds, calibration=q.calibration, reference=reference,
+                              meanwhile=gate.check if gate is not None else None)
+        del feeds, reference
+    except Exception:
+        if gate is not None and not gate.done:
+            gate.check()  # the gate's failure is the error, as when it ran first
+        raise
+    if gate is not None and not gate.done:
+        gate.check()
+    info.update(acc.as_dict())
+    return quantized, pre_engine
+
+
+def _prep_guard(model, rules, pre_engine, quantized, opts: FixOptions, profile: TargetProfile, calib, name: str,
+                on_round, on_calibration):
+    """The never-worse guard for the rewrites that only pay off once quantized (QUANTIZE_PREP_RULES:
+    the engine runs them unguarded on the float model, where every node is SW): the model is
+    quantized again without them and both quantized models are estimated (the guard's test,
+    :func:`fixer.engine.worse_than_input`, with the run's memory pools). When the model with them is
+    estimated worse, they are not kept: returns (quantized model, float-stage engine result, report
+    dict, warnings) of the pass without them, the refused changes among its near-misses with both
+    estimated times; else None. One pass without all of them (not one per rule)."""
+    from ..analysis import analyze_model
+    from ..api import resolve_pools
+    from ..engine import NearMissReport, rank_near_misses, worse_than_input
+    from ..shapes import refresh_shapes
+
+    made = [c for c in pre_engine.changes if c.rule in QUANTIZE_PREP_RULES]
+    if not made:
+        return None
+    pools = resolve_pools(opts.analysis)
+
+    def estimate(m):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(m)
+        return analyze_model(refresh_shapes(copy), profile=profile, pools=pools).estimate
+
+    with_them = estimate(quantized)
+    if with_them.latency_ms is None:
+        return None
+    prep = {c.rule for c in made}
+    info: dict = {"input_kind": "float"}
+    warnings: list[str] = []
+    q2, pre2 = _quantize_float(model, [r for r in rules if r.id not in prep], opts, profile, calib, info, name,
+                               warnings, on_round, on_calibration)
+    without = estimate(q2)
+    worse = worse_than_input(without, with_them)
+    if worse is None:
+        return None
+    reason = (f"not kept: quantized with the {', '.join(sorted(prep))} rewrites the model is estimated at "
+              f"{with_them.latency_ms:.3f} ms, without them at {without.latency_ms:.3f} ms ({worse}; nafix never "
+              "makes the estimate worse)")
+    pre2.near_misses = rank_near_misses(pre2.near_misses + [
+        NearMissReport(c.rule, c.node, c.op_type, reason, ms_before=without.latency_ms, ms_after=with_them.latency_ms)
+        for c in made])
+    info["float_rewrites_refused"] = [{"rule": c.rule, "node": c.node, "ms_with": round(with_them.latency_ms, 3),
+                                       "ms_without": round(without.latency_ms, 3)} for c in made]
+    return q2, pre2, info, warnings
 
 
 class _RewritesGate:

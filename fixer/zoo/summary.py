@@ -50,6 +50,19 @@ def _entry_epochs(n: dict[str, Any]) -> set:
     return set(n.get("epochs") or []) | ({n["in_epoch"]} if n.get("in_epoch") is not None else set())
 
 
+def _addressed_ms(rows: list[dict[str, Any]], addressed: set) -> float | None:
+    """The estimated ms of the epochs ``addressed`` ((model path, epoch index) pairs) over ``rows``;
+    None when one of them carries no estimated time."""
+    ms = {(r["path"], ep.get("index")): ep.get("ms") for r in rows for ep in r.get("epochs") or []}
+    total = 0.0
+    for key in addressed:
+        v = ms.get(key)
+        if v is None:
+            return None
+        total += v
+    return total
+
+
 def sw_ms_by_op(row: dict[str, Any]) -> Counter | None:
     """Estimated ms of the SW (and hybrid, as "OP (hybrid)") epochs of one model row by the op name
     the report would print; None when the row's epochs carry no estimated time."""
@@ -106,13 +119,18 @@ def zoo_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if not models:
             continue
         hits = [(r["path"], n) for r in ok for n in r.get("sw_nodes") or [] if fixes & _entry_keys(r, n)]
+        addressed = {(path, i) for path, n in hits for i in _entry_epochs(n)}
+        ms = _addressed_ms(ok, addressed) if timed else None
         rules_out.append({
             "rule": rule.id, "name": rule.name, "opt_in": rule.opt_in, "models": len(models), "sw_nodes": len(hits),
-            "epochs": len({(path, i) for path, n in hits for i in _entry_epochs(n)}),
+            "epochs": len(addressed),
+            # the estimated ms of the SW/hybrid epochs it addresses: at most what it could save
+            **({"ms": round(ms, 3)} if ms is not None else {}),
             # an opt-in rule is added to the default set: --select would run it alone
             "command": f"nafix MODEL --extend-select {rule.id}" if rule.opt_in else "nafix MODEL",
         })
-    rules_out.sort(key=lambda d: (-d["models"], d["rule"]))
+    # ranked by the estimated ms they address where every row has it, else by the models they address
+    rules_out.sort(key=lambda d: ((-d["ms"],) if "ms" in d else ()) + (-d["models"], d["rule"]))
     from ..report_data import row_status
 
     severities = [{f.get("severity") for f in r.get("findings") or ()} for r in ok]
