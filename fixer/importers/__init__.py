@@ -6,6 +6,7 @@ Each importer recognises its format by content (never by file extension alone) a
 
 from __future__ import annotations
 
+from . import tflite_ops  # noqa: F401 - registers its operators with the importer (tflite.register_operators)
 from .tflite import TFLITE_IDENTIFIER, is_tflite
 
 __all__ = ["TFLITE_IDENTIFIER", "is_tflite", "source_format", "check_loaded"]

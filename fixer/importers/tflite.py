@@ -247,7 +247,7 @@ class _Importer:
 
         op_records: list[tuple[str, list[int]]] = []
         self.at = "the operator patterns"
-        plan = plan_fusions(self, ops)  # operator index -> the handler that replaces its own
+        plan = _plan_fusions(self, ops)  # operator index -> the handler that replaces its own
         for i, (op, name) in enumerate(ops):
             self.at = f"operator {i} ({name})"
             opts = self.options(op, name)
@@ -1286,11 +1286,29 @@ _HANDLERS = {
     "ARG_MIN": _arg("ArgMin"),
 }
 
-# The transformer, element-wise, comparison and data-movement operators (fixer/importers/tflite_ops.py).
-from .tflite_ops import HANDLERS as _MORE_HANDLERS, OPTIONS as _MORE_OPTIONS, plan_fusions  # noqa: E402
+#: Functions that read operator patterns as one operator (``{operator index: handler}``), added by
+#: the modules that register more operators (:func:`register_operators`).
+_FUSION_PLANNERS: list = []
 
-_HANDLERS.update(_MORE_HANDLERS)
-_OPTIONS.update(_MORE_OPTIONS)
 
-#: TFLite builtin operators the importer converts (documented in docs/TFLITE.md).
-SUPPORTED_OPS = tuple(sorted(_HANDLERS))
+def register_operators(handlers: dict, options: dict, fusion_planner=None) -> None:
+    """Add operator handlers (and the options table each reads) from another module: the transformer,
+    element-wise, comparison and data-movement operators of fixer/importers/tflite_ops.py register
+    themselves this way, so that module can use this one's helpers with no import circle
+    (fixer/importers/__init__.py imports both)."""
+    _HANDLERS.update(handlers)
+    _OPTIONS.update(options)
+    if fusion_planner is not None and fusion_planner not in _FUSION_PLANNERS:
+        _FUSION_PLANNERS.append(fusion_planner)
+
+
+def _plan_fusions(imp, ops) -> dict:
+    plan: dict = {}
+    for planner in _FUSION_PLANNERS:
+        plan.update(planner(imp, ops))
+    return plan
+
+
+def supported_ops() -> tuple[str, ...]:
+    """TFLite builtin operators the importer converts (documented in docs/TFLITE.md)."""
+    return tuple(sorted(_HANDLERS))

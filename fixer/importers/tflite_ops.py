@@ -574,3 +574,5 @@ OPTIONS = {
     "UNPACK": "UnpackOptions", "CAST": "CastOptions", "CUMSUM": "CumsumOptions", "L2_NORMALIZATION": "L2NormOptions",
     "REDUCE_PROD": "ReducerOptions", "REDUCE_MIN": "ReducerOptions",
 }
+
+_t.register_operators(HANDLERS, OPTIONS, plan_fusions)

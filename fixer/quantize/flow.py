@@ -153,7 +153,7 @@ def _prep_guard(model, rules, pre_engine, quantized, opts: FixOptions, profile: 
     dict, warnings) of the pass without them, the refused changes among its near-misses with both
     estimated times; else None. One pass without all of them (not one per rule)."""
     from ..analysis import analyze_model
-    from ..api import resolve_pools
+    from ..options import resolve_pools
     from ..engine import NearMissReport, rank_near_misses, worse_than_input
     from ..shapes import refresh_shapes
 
