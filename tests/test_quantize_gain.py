@@ -68,10 +68,11 @@ def test_the_estimate_agrees_with_the_real_quantize_run(zoo, report, name):
 @pytest.mark.parametrize("name", ["movenet_like_float.onnx", "denoiser_257_float.onnx"])
 def test_the_estimate_follows_the_rewrites_made_before_quantizing(name):
     """A float model's rewrites before quantizing (Resize kernels, channel splits, as --quantize runs
-    them) are in the estimate: every SW epoch goes, as in the real run."""
+    them) are in the estimate, and so is its guard (an LSTM unrolling estimated slower once quantized is
+    not kept: the denoiser keeps its LSTM in SW, in both)."""
     (row,) = audit_dict(audit([str(SAMPLES / name)]), profile="stm32n6")["models"]
     r = fix(SAMPLES / name, FixOptions(quantize=True, dry_run=True))
-    assert row["quantize"]["sw_epochs"]["after"] == r.final.estimate.sw_epochs == 0
+    assert row["quantize"]["sw_epochs"]["after"] == r.final.estimate.sw_epochs == (3 if "denoiser" in name else 0)
     assert row["quantize"]["ms"]["after"] == pytest.approx(r.final.estimate.latency_ms, rel=0.05)
 
 

@@ -88,7 +88,7 @@ def test_dry_run_says_would_and_nothing_written(tmp_path, rules_dir, capsys):  #
         main(["fix", str(src), "--rules", str(rules_dir), "--select", "TST901", "--dry-run"])
     assert exc.value.code == 0
     out = capsys.readouterr().out
-    assert "changes nafix would make (1; --dry-run):" in out
+    assert "changes nafix would make (1; --dry-run)" in out
     assert "dry run: nothing written" in out and "wrote " not in out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "myrules"]
     with pytest.raises(SystemExit):

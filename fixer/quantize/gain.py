@@ -188,18 +188,29 @@ def _node_index(placed, model: onnx.ModelProto) -> dict[str, int] | None:
     return None
 
 
-def _prepared(model: onnx.ModelProto, profile) -> onnx.ModelProto:
+def _prepared(model: onnx.ModelProto, profile, *, prep: bool = True):
     """``model`` after the rewrites ``--quantize`` runs on a float model before quantizing it
-    (:mod:`fixer.quantize.flow`: the default rules and :data:`~fixer.quantize.flow.QUANTIZE_PREP_RULES`,
-    recurrent cells unrolled, with no never-worse guard: they pay off once quantized)."""
+    (:mod:`fixer.quantize.flow`: the default rules and, with ``prep``,
+    :data:`~fixer.quantize.flow.QUANTIZE_PREP_RULES`, recurrent cells unrolled, with no never-worse
+    guard: they pay off once quantized), and whether any of those prep rules changed it."""
     from ..engine import run_engine
     from ..rules import load_rules, select_rules
     from .flow import QUANTIZE_PREP_RULES
 
     every = load_rules()
     rules = select_rules(every)
-    rules += [r for r in every if r.id in QUANTIZE_PREP_RULES and r not in rules]
-    return run_engine(model, rules, profile=profile, options={"input_type": "int8"}, guard=False).model
+    if prep:
+        rules += [r for r in every if r.id in QUANTIZE_PREP_RULES and r not in rules]
+    result = run_engine(model, rules, profile=profile, options={"input_type": "int8"}, guard=False)
+    return result.model, any(c.rule in QUANTIZE_PREP_RULES for c in result.changes)
+
+
+def _quantized_estimate(analysis, model, profile, pools):
+    """(kind, node names, analysis) of ``model`` with the QDQ structure quantization gives it."""
+    from ..analysis import analyze_model
+
+    kind, names = nodes_to_quantize(analysis, profile, model)
+    return kind, names, analyze_model(fake_qdq(model, names), profile=profile, pools=pools)
 
 
 def quantize_gain(analysis, *, pools=None) -> dict[str, Any] | None:
@@ -220,9 +231,15 @@ def quantize_gain(analysis, *, pools=None) -> dict[str, Any] | None:
             return None
         model = analysis.loaded.model
         if kind == "float":
-            model = _prepared(model, profile)
-            kind, names = nodes_to_quantize(analysis, profile, model)
-        after = analyze_model(fake_qdq(model, names), profile=profile, pools=pools)
+            prepared, unrolled = _prepared(model, profile)
+            kind, names, after = _quantized_estimate(analysis, prepared, profile, pools)
+            if unrolled:  # as --quantize's guard: the unrolling is kept only when not estimated slower
+                plain, _ = _prepared(model, profile, prep=False)
+                kind0, names0, after0 = _quantized_estimate(analysis, plain, profile, pools)
+                if worse_than_input(after0.estimate, after.estimate) is not None:
+                    kind, names, after = kind0, names0, after0
+        else:
+            after = analyze_model(fake_qdq(model, names), profile=profile, pools=pools)
     except Exception:  # noqa: BLE001 - advice never fails an audit
         import logging
 
