@@ -315,3 +315,29 @@ def run_cli(args, capsys) -> tuple[int, str, str]:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     out, err = capsys.readouterr()
     return code, out, err
+
+
+BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
+
+
+def headless_chromium(url: str, tmp_path, *args: str):
+    """Run headless Chromium (or Chrome) on ``url`` with ``args`` (``--dump-dom``, ``--screenshot=``...)
+    and return the finished process; the test skips where no browser is installed or it cannot start."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
+    if browser is None:
+        pytest.skip("no Chromium/Chrome installed for the headless-browser check")
+    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+           "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+           "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", *args, url]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the headless browser did not finish within 90 s")
+    if proc.returncode != 0 and not proc.stdout:
+        pytest.skip(f"the browser could not start here: {proc.stderr.strip()[-300:]}")
+    return proc

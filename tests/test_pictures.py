@@ -8,7 +8,6 @@ from __future__ import annotations
 import importlib
 import json
 import shutil
-import subprocess
 import sys
 import types
 from html.parser import HTMLParser
@@ -19,11 +18,10 @@ import pytest
 
 from fixer.node_info import FOLDED_REASON, annotate_model, node_infos
 from fixer.report_html import BLOCKED, COLOURS, epoch_strip, fix_html, html_status_badge
-from tests.helpers import run_cli as run
+from tests.helpers import headless_chromium, run_cli as run
 
 ROOT = Path(__file__).resolve().parents[1]
 SAMPLES = ROOT / "sample_models"
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
 
 
 def _row(epochs, sw_nodes=(), findings=()):
@@ -346,24 +344,8 @@ def test_model_explorer_overlay_has_the_format_of_model_explorers_own_classes(ov
 # -- a real headless browser ------------------------------------------------------------------------
 
 
-def _browser() -> str:
-    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
-    if browser is None:
-        pytest.skip("no Chromium/Chrome installed for the headless-browser check")
-    return browser
-
-
-def _chromium(page: Path, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-           "--hide-scrollbars", f"--user-data-dir={tmp_path / 'profile'}", *args, page.as_uri()]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the headless browser did not finish within 90 s")
-    if proc.returncode != 0 and not proc.stdout:
-        pytest.skip(f"the browser could not start here: {proc.stderr.strip()[-300:]}")
-    return proc
+def _chromium(page: Path, tmp_path: Path, *args: str):
+    return headless_chromium(page.as_uri(), tmp_path, *args)
 
 
 def screenshot(page: Path, png: Path, tmp_path: Path, size: str = "1100,900") -> "object":

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from fixer.report import ms_text
+from tests.helpers import headless_chromium
 from tests.test_zoo import run, softmax_chain, zoo  # noqa: F401  (fixture)
 
 
@@ -171,25 +170,11 @@ def test_html_is_self_contained_and_carries_the_facts(reports):
     assert "id='sw-histogram'" in page and "Softmax" in page
 
 
-BROWSERS = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable", "chrome")
-
-
 def test_html_opens_in_a_headless_browser_and_sorts(reports, tmp_path):
-    browser = next((b for b in map(shutil.which, BROWSERS) if b), None)
-    if browser is None:
-        pytest.skip("no Chromium/Chrome installed for the headless-browser check")
     page = tmp_path / "audit.html"
     page.write_text(reports["html"])
     data = json.loads(reports["json"])
-    cmd = [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-           "--no-first-run", "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-           f"--user-data-dir={tmp_path / 'profile'}", "--dump-dom", page.as_uri() + "#sort=hw_ratio-desc"]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=90)
-    except subprocess.TimeoutExpired:
-        pytest.fail("the headless browser did not finish within 90 s")
-    if proc.returncode != 0 and not proc.stdout:
-        pytest.skip(f"the browser could not start here: {proc.stderr.strip()[-300:]}")
+    proc = headless_chromium(page.as_uri() + "#sort=hw_ratio-desc", tmp_path, "--dump-dom")
     p = _Tables()
     p.feed(proc.stdout)
     assert len(p.rows) == len(data["models"])

@@ -31,6 +31,28 @@ class NearMiss(Exception):
     """The rule matched but cannot apply here; the message says why (a whole sentence)."""
 
 
+def quoted(node) -> str:
+    """A node as near-miss sentences name it: ``'name'`` (or its op and index when it has no name)."""
+    from ..graph import node_label
+
+    return f"'{node_label(node)}'"
+
+
+def per_tensor_qparams(view: GraphView, node, q, per_axis: str):
+    """(scale, zero-point) arrays of the QuantizeLinear/DequantizeLinear ``q`` near ``node``, or a
+    :class:`NearMiss` naming ``node``: when they cannot be read, or when they are per axis
+    (``per_axis``: the rest of that sentence, after the node's name)."""
+    from ..graph import qdq_params
+
+    try:
+        scale, zp, _ = qdq_params(view, q)
+    except ValueError as exc:
+        raise NearMiss(f"{quoted(node)}: {exc}.") from None
+    if scale.size != 1:
+        raise NearMiss(f"{quoted(node)}{per_axis}")
+    return scale, zp
+
+
 @dataclass(frozen=True)
 class IoChange:
     """A change to the model's interface, recorded so firmware can convert data at the edges."""

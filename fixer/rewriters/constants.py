@@ -19,8 +19,8 @@ from __future__ import annotations
 import numpy as np
 
 from .. import ir
-from ..graph import node_label, qdq_params
-from . import Match, NearMiss, RewriteResult, rewriter
+from ..graph import qdq_params
+from . import Match, NearMiss, RewriteResult, per_tensor_qparams, quoted, rewriter
 
 #: The input slot of each op's constant parameter that the NPU needs quantized
 #: (:func:`fixer.npu.constraints.params_quantized`).
@@ -33,8 +33,7 @@ PER_AXIS_OPSET = 13
 _FUSED = ("Relu", "Clip", "Sigmoid", "Tanh")
 
 
-def _q(node) -> str:
-    return f"'{node_label(node)}'"
+_q = quoted
 
 
 def _param_axis(node: ir.Node, rank: int) -> int | None:
@@ -146,12 +145,7 @@ def quantize_constant_params(match: Match, ed) -> RewriteResult:
     oq = _output_quantizer(view, node)
     if oq is None:
         raise NearMiss(f"{_q(node)} output does not reach a QuantizeLinear (it would stay in float anyway).")
-    try:
-        os_, _, _ = qdq_params(view, oq)
-    except ValueError as exc:
-        raise NearMiss(f"{_q(node)}: {exc}.") from None
-    if os_.size != 1:
-        raise NearMiss(f"{_q(node)} output is quantized per axis; only per-tensor outputs are handled.")
+    os_, _ = per_tensor_qparams(view, node, oq, " output is quantized per axis; only per-tensor outputs are handled.")
     out_scale = float(os_.reshape(-1)[0])
     w32 = np.asarray(w, np.float32)
     axis = _param_axis(node, w32.ndim)
@@ -225,13 +219,7 @@ def quantize_before_reshape(match: Match, ed) -> RewriteResult:
     chain, qs = found
     params = []
     for q in qs:
-        try:
-            s, z, _ = qdq_params(view, q)
-        except ValueError as exc:
-            raise NearMiss(f"{_q(node)}: {exc}.") from None
-        if s.size != 1:
-            raise NearMiss(f"{_q(node)}: '{q.name}' quantizes per axis; the reshape may move the axis.")
-        params.append((s, z))
+        params.append(per_tensor_qparams(view, node, q, f": '{q.name}' quantizes per axis; the reshape may move the axis."))
     s0, z0 = params[0]
     if any(not np.array_equal(s, s0) or not np.array_equal(z, z0) or z.dtype != z0.dtype for s, z in params[1:]):
         raise NearMiss(f"{_q(node)}: the QuantizeLinear nodes after the reshape use different parameters.")

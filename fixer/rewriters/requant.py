@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import node_label, qdq_params
-from . import Match, NearMiss, RewriteResult, rewriter
+from . import Match, NearMiss, RewriteResult, per_tensor_qparams, quoted, rewriter
 
 
-def _q(node) -> str:
-    return f"'{node_label(node)}'"
+_q = quoted
 
 
 @rewriter("zero_point_output")
@@ -28,12 +26,7 @@ def zero_point_output(match: Match, ed) -> RewriteResult:
     if len(qs) != 1 or len(readers) != 1 or view.is_graph_output(out):
         raise NearMiss(f"{_q(node)} output is not read by exactly one QuantizeLinear.")
     q = qs[0]
-    try:
-        scale, zp, axis = qdq_params(view, q)
-    except ValueError as exc:
-        raise NearMiss(f"{_q(node)}: {exc}.") from None
-    if scale.size != 1:
-        raise NearMiss(f"{_q(node)} output is quantized per axis; only per-tensor outputs are re-quantized.")
+    scale, zp = per_tensor_qparams(view, node, q, " output is quantized per axis; only per-tensor outputs are re-quantized.")
     if int(zp.reshape(-1)[0]) == 0:
         raise NearMiss(f"{_q(node)} output already has zero-point 0.")
     if np.dtype(zp.dtype) != np.int8:
