@@ -166,7 +166,7 @@ table{border-collapse:collapse;margin:.6em 0}th,td{border:1px solid #ccc;padding
 th{background:#eee}td code{overflow-wrap:anywhere}td.num{text-align:right}.note{color:#666}.err{color:#b00;font-weight:bold}.good{color:#1c6b3b;font-weight:bold}
 .cols{display:flex;gap:2em;flex-wrap:wrap}.cols>section{flex:1 1 420px;min-width:0}.cols>section:first-child{flex-grow:1.4}
 .cols table{table-layout:fixed;width:100%}.cols td{overflow-wrap:anywhere}h2{margin-top:1.2em}
-.verdict{padding:.5em .8em;border-radius:6px;display:inline-block}.verdict.ok{background:#e3f3e8}.verdict.bad{background:#fbe3e0}
+.verdict{padding:.5em .8em;border-radius:6px;display:inline-block}.verdict.ok{background:#e3f3e8}.verdict.bad{background:#fbe3e0}.verdict.caution{background:#fff4d6;display:block;margin:.4em 0}
 """
 
 
@@ -235,6 +235,10 @@ def fix_html(fix: dict[str, Any], before_row: dict[str, Any], after_row: dict[st
     ok = v.get("ok", True)
     verdict = ("passed" if ok else "FAILED") if fix["changes"] else "nothing to verify"
     out.append(f"<p class='verdict {'ok' if ok else 'bad'}' id='verdict'>onnxruntime gate: <b>{verdict}</b></p>")
+    if not ok and v.get("failed"):
+        out.append(f"<p class='verdict bad'>{esc(v['failed'])}</p>")
+    if v.get("caution"):  # a verdict on random inputs whose outputs moved a lot: say so (--inputs)
+        out.append(f"<p class='verdict caution' id='caution'>caution: {esc(v['caution'])}</p>")
     if v.get("contract_text"):
         out.append(f"<p class='note'>{esc(v['contract_text'])} (inputs: {esc(v.get('inputs'))}, "
                    f"{esc(v.get('samples'))} sample(s))</p>")

@@ -6,6 +6,7 @@ Netron shows); the Model Explorer node-data overlay (``nafix audit MODEL -f mode
 from __future__ import annotations
 
 import importlib
+import html
 import json
 import shutil
 import sys
@@ -224,6 +225,9 @@ def test_fix_html_shows_both_strips_the_changes_and_the_verification(fix_page, t
     assert all("Resize" in r["title"] for r in before if r["data-unit"] == "SW")
     assert text.count("<td>NAF003</td>") == len(report["changes"]) == 3
     assert "onnxruntime gate: <b>passed</b>" in text and "<code>heatmaps</code>" in text
+    # the gate's caution (random inputs, outputs moved a lot) is on the page exactly when it is in the JSON
+    caution = report["verification"].get("caution")
+    assert ("id='caution'" in text) == bool(caution) and (not caution or html.escape(caution, quote=True) in text)
     assert "<script" not in text and "http" not in text.replace("http-equiv", "")
     # a file the user wrote is never replaced without --force; nafix's own page is
     mine = tmp_path / "mine.html"
