@@ -122,8 +122,8 @@ def audit_markdown(report: dict[str, Any]) -> str:
             lines.append("No SW node predicted.")
         for r in m["findings"]:
             lines.append(f"- **{_md(r['severity'])}**: {_md(r['requirement'])} ({_md(r['detail'])}) [{_md(r['tag'])}]")
-        if quantize_line(m):
-            lines.append(f"- **quantize**: {_md(quantize_line(m))}")
+        if (advice := quantize_line(m)):
+            lines.append(f"- **quantize**: {_md(advice)}")
         for n in m.get("notes") or []:
             lines.append(f"- note on {escape.markdown_code(n['name'])}: {_md(n['note'])}")
         mem = m["memory"]
@@ -310,8 +310,8 @@ def audit_renderables(report: dict[str, Any], *, verbose: bool = False):
             style = "red" if r["severity"] == "compile_error" else "yellow"
             label = {"compile_error": "COMPILE ERROR", "hang": "BOARD HANG", "note": "NOTE"}.get(r["severity"], r["severity"])
             out.append(_t(f"  {label}: {r['requirement']} ({r['detail']}) [{r['tag']}]", style=style))
-        if quantize_line(m):
-            out.append(_t(f"  QUANTIZE: {quantize_line(m)}", style="bold yellow"))
+        if (advice := quantize_line(m)):
+            out.append(_t(f"  QUANTIZE: {advice}", style="bold yellow"))
         if verbose:
             for _, req, tag, items, *_ in grouped_row_reasons(m, notes=True):
                 out.append(_t(f"  note x{len(items)}: {req} [{tag}]", style="dim"))

@@ -175,11 +175,11 @@ def sarif_report(report: dict[str, Any]) -> dict[str, Any]:
             results.append({"ruleId": f["constraint"], "ruleIndex": idx, "level": _LEVEL.get(f["severity"], "warning"),
                             "message": {"text": _finding_message(f)}, "locations": [loc], "suppressions": [accepted],
                             "properties": {"severity": f["severity"], "estimated": True}})
-        if quantize_line(row):
+        if (advice := quantize_line(row)):
             idx = rule(QUANTIZE_RULE, "A float model, or float islands in a quantized one, runs in SW until it is "
                        "quantized with calibration data: nafix MODEL --quantize.", None)
             results.append({"ruleId": QUANTIZE_RULE, "ruleIndex": idx, "level": "note",
-                            "message": {"text": quantize_line(row)}, "locations": [loc],
+                            "message": {"text": advice}, "locations": [loc],
                             "properties": {**row["quantize"], "estimated": True}})
     from .outputs import text_mark
 
@@ -233,10 +233,10 @@ def github_annotations(report: dict[str, Any], *, limit: int = GITHUB_MAX_PER_LE
                       f"{kib(mem['weights_bytes'])}, peak activations {kib(mem['peak_activation_bytes'])} "
                       f"({'fits' if mem['fits_on_chip'] else 'does NOT fit'} on-chip, "
                       f"{kib(mem['onchip_activation_capacity_bytes'])})", path, "nafix estimate"))
-        if quantize_line(row):
+        if (advice := quantize_line(row)):
             g = row["quantize"]
             # before the other notices: the one fix of the most SW epochs (a float model's note says less)
-            found.append(("notice", (-1e7 - g["sw_epochs"]["removed"], 0), quantize_line(row), path,
+            found.append(("notice", (-1e7 - g["sw_epochs"]["removed"], 0), advice, path,
                           "nafix --quantize"))
         node_ms = _node_ms(row)
         causes: dict[str, list[dict[str, Any]]] = {}
@@ -346,8 +346,8 @@ def concise_text(report: dict[str, Any]) -> str:
             out.append(f"{path}: status: {badge} [{row_status(row)}]")
         for f in row.get("findings") or []:
             out.append(f"{path}: {vis(f['severity'])}: {vis(f['requirement'])} ({vis(f['detail'])}) [{vis(f['constraint'])}]")
-        if quantize_line(row):
-            out.append(f"{path}: quantize: {vis(quantize_line(row))} [{QUANTIZE_RULE}]")
+        if (advice := quantize_line(row)):
+            out.append(f"{path}: quantize: {vis(advice)} [{QUANTIZE_RULE}]")
     from .selection import summary_line
 
     ignored = summary_line(report.get("selection"))
@@ -453,8 +453,8 @@ def html_report(report: dict[str, Any]) -> str:
             continue
         mem = row["memory"]
         out.append(f"<p>{html_status_badge(row)}</p>{epoch_strip(row, blocked=row_status(row) not in (None, 'ok'))}{strip_legend(row)}")
-        if quantize_line(row):
-            out.append(f"<p class='quantize'>{esc(quantize_line(row))}</p>")
+        if (advice := quantize_line(row)):
+            out.append(f"<p class='quantize'>{esc(advice)}</p>")
         out.append(f"<p>memory (estimated): weights {kib(mem['weights_bytes'])}, peak activations "
                    f"{kib(mem['peak_activation_bytes'])} at <code>{esc(str(mem['peak_at']))}</code>, on-chip capacity "
                    f"{kib(mem['onchip_activation_capacity_bytes'])}: {'fits' if mem['fits_on_chip'] else 'does NOT fit'}.</p>")

@@ -22,6 +22,7 @@ from onnx import helper as h
 from fixer.api import AnalysisOptions
 from fixer.zoo import worker
 from fixer.zoo.runner import ZooOptions, audit_rows
+from tests.test_zoo import long_chain
 
 ROOT = Path(__file__).resolve().parents[1]
 SOFTMAX = ROOT / "sample_models" / "classifier_softmax.onnx"
@@ -33,16 +34,6 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 #: process): its 2 workers come from a fork server, with multiprocessing's resource tracker beside
 CLI = "import sys; from fixer.cli import main; main(sys.argv[1:])"
 CLI_ORT = "import sys, onnxruntime; from fixer.cli import main; main(sys.argv[1:])"
-
-
-def chain(n: int) -> onnx.ModelProto:
-    """A float chain of ``n`` Relu nodes: its analysis keeps a worker busy for seconds."""
-    nodes = [h.make_node("Relu", [f"t{i}"], [f"t{i + 1}"], name=f"r{i}") for i in range(n)]
-    g = h.make_graph(nodes, "chain", [h.make_tensor_value_info("t0", T.FLOAT, [1, 4])],
-                     [h.make_tensor_value_info(f"t{n}", T.FLOAT, [1, 4])])
-    m = h.make_model(g, opset_imports=[h.make_opsetid("", 17)])
-    m.ir_version = 8
-    return m
 
 
 def _stat(pid: int) -> tuple[int, str, int] | None:
@@ -96,7 +87,7 @@ def busy_zoo(tmp_path_factory) -> Path:
     """Three models that each keep a worker busy for far longer than the tests below wait (15 s on
     the development machine)."""
     folder = tmp_path_factory.mktemp("busy")
-    onnx.save(chain(60000), str(folder / "a.onnx"))
+    onnx.save(long_chain(60000), str(folder / "a.onnx"))
     for name in ("b.onnx", "c.onnx"):
         shutil.copy(folder / "a.onnx", folder / name)
     return folder
