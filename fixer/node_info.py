@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable
 
+from .report import ms_text
+
 HW, SW, HYBRID = "HW", "SW", "hybrid"
 #: Worst first: a node that makes a SW epoch and a HW one is shown as SW.
 _RANK = {SW: 0, HYBRID: 1, HW: 2}
@@ -28,10 +30,6 @@ class NodeInfo:
     epochs: tuple[int, ...] = ()  # the estimated epochs it is part of (1-based)
     ms: float | None = None  # its share of those epochs' estimated time (None: not estimated)
     folded: bool = False  # in no epoch at all
-
-
-def _ms_text(ms: float) -> str:
-    return f"{ms:,.3f}" if ms < 10 else f"{ms:,.1f}"
 
 
 def node_infos(row: dict[str, Any]) -> dict[str, NodeInfo]:
@@ -63,7 +61,7 @@ def node_infos(row: dict[str, Any]) -> dict[str, NodeInfo]:
         idx = tuple(epochs.get(name, ()))
         where = (f"estimated epoch{'s' if len(idx) > 1 else ''} {', '.join(map(str, idx))}" if idx
                  else "no epoch of its own")
-        cost = f", {_ms_text(ms[name])} ms" if timed and name in ms else ""
+        cost = f", {ms_text(ms[name])} ms" if timed and name in ms else ""
         why = "; ".join(dict.fromkeys(reasons.get(name) or []))
         if not why:
             why = "estimated to run on the NPU" if unit == HW else f"estimated to run in a {unit} epoch"

@@ -14,6 +14,7 @@ from typing import Any
 
 from . import escape
 from .node_info import node_infos
+from .report import ms_text
 from .report_data import ESTIMATE_NOTE
 
 #: Fill colour of an epoch by unit (the tests look for these in a screenshot).
@@ -28,12 +29,6 @@ STRIP_CSS = (
     ".badge.ok{background:#e3f3e8;color:#1c6b3b}.badge.compile_error,.badge.hang{background:#d6483b;color:#fff}"
     ".blocked{color:#777;text-decoration:line-through}"
 )
-
-
-def _ms(ms: float | None) -> str:
-    if ms is None:
-        return "-"
-    return f"{ms:,.3f}" if ms < 10 else f"{ms:,.1f}"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -106,7 +101,7 @@ def epoch_title(ep: dict[str, Any], infos: dict) -> str:
     if ep.get("reported_as"):
         head += f" ({ep['reported_as']})"
     if ep.get("ms") is not None:
-        head += f", estimated {_ms(ep['ms'])} ms"
+        head += f", estimated {ms_text(ep['ms'])} ms"
     shown = nodes[:6]
     lines = [head, "nodes: " + ", ".join(shown) + (f" and {len(nodes) - len(shown)} more" if len(nodes) > len(shown) else "")]
     if ep["unit"] != "HW":
@@ -152,7 +147,7 @@ def strip_legend(row: dict[str, Any] | None = None) -> str:
         if row is not None:
             eps = [ep for ep in row.get("epochs") or [] if ep["unit"] == unit]
             ms = [ep["ms"] for ep in eps if ep.get("ms") is not None]
-            text += f": {len(eps)} epoch(s)" + (f", {_ms(sum(ms))} ms" if ms and len(ms) == len(eps) else "")
+            text += f": {len(eps)} epoch(s)" + (f", {ms_text(sum(ms))} ms" if ms and len(ms) == len(eps) else "")
         parts.append(f"<span style='background:{colour}'></span>{escape.html(text)}")
     return "<div class='legend note'>" + "".join(parts) + " (estimated; hover an epoch for its nodes)</div>"
 
@@ -177,7 +172,7 @@ def _total_ms(row: dict[str, Any]) -> float | None:
 
 def _estimate_cells(e: dict[str, Any]) -> list[str]:
     return [str(e["epochs"]), str(e["sw_epochs"]), str(e.get("hybrid_epochs", 0)), f"{e['hw_ratio']:.1%}",
-            _ms(e.get("latency_ms"))]
+            ms_text(e.get("latency_ms"))]
 
 
 def fix_html(fix: dict[str, Any], before_row: dict[str, Any], after_row: dict[str, Any]) -> str:
